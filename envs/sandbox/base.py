@@ -1,0 +1,189 @@
+"""The ``Sandbox`` protocol, its result type, and the shared client of the in-sandbox runner.
+
+Both backends start one resident runner (``inside/runner.py``) per sandbox and talk JSON lines to it;
+they differ only in how the runner is started (``docker exec`` with an attached socket, or ``bwrap``
+with pipes). What a sandbox isolates is the backend's business and is documented there.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from envs.errors import SandboxError
+from envs.tasks.repos import RepoSnapshot
+
+INSIDE_DIR = Path(__file__).resolve().parent / "inside"
+REPO_DIR = "/repo"
+DEFAULT_OUTPUT_LIMIT = 64 * 1024
+
+
+@dataclass
+class CommandResult:
+    """What one command did."""
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    timed_out: bool
+    duration_s: float
+    truncated: bool = False
+    """Output went past the limit and was cut."""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+@dataclass
+class SandboxConfig:
+    """Settings shared by every backend."""
+
+    memory: str = "2g"
+    """Memory limit (docker ``mem_limit`` syntax)."""
+    cpus: float = 1.0
+    """CPU limit in cores."""
+    pids: int = 256
+    """Maximum number of processes."""
+    default_timeout: float = 60.0
+    """Seconds a command may run when the caller gives no timeout."""
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+    """Bytes of stdout (and of stderr) kept per command; the rest is counted and cut."""
+    image: str | None = None
+    """Docker image to run; ``None`` builds or reuses the environment image for the task's setup."""
+    run_id: str = "default"
+    """Label on every container of this run, so ``repogym gc --run`` can reap them."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Extra container labels."""
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """An isolated copy of one repository at a base commit, where commands run."""
+
+    def load(self, snapshot: RepoSnapshot) -> None:
+        """Make the repository the snapshot, committed once as the base."""
+
+    def run(self, command: str, *, timeout: float | None = None, cwd: str | None = None,
+            output_limit: int | None = None, env: dict[str, str] | None = None) -> CommandResult:
+        """Run a shell command in the repository (or ``cwd`` inside it)."""
+
+    def read_file(self, path: str, limit: int = 1 << 20) -> bytes:
+        """A file's bytes (path relative to the repository root)."""
+
+    def write_file(self, path: str, data: bytes) -> None:
+        """Create or replace a file inside the repository."""
+
+    def reset(self) -> None:
+        """Back to the base commit: tracked files restored, untracked removed, strays killed."""
+
+    def diff(self) -> str:
+        """The working tree against the base commit as a git patch (new files included)."""
+
+    def close(self) -> None:
+        """Free every resource; idempotent."""
+
+
+class RunnerClient:
+    """Shared implementation of the protocol over a JSON-lines channel to the runner.
+
+    Subclasses provide ``_send(bytes)``, ``_recv_line(deadline) -> bytes`` and ``_shutdown()``.
+    """
+
+    backend = "runner"
+    scratch_dirs: tuple[str, ...] = ("/tmp",)
+
+    def __init__(self, config: SandboxConfig | None = None):
+        self.config = config or SandboxConfig()
+        self.snapshot_key: str | None = None
+        self.dirty_reason: str | None = None
+        """Set when a reset cannot be trusted to restore the sandbox (dead runner, failed request)."""
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._closed = False
+
+    # -- transport, provided by backends --------------------------------------------------------------
+    def _send(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _recv_line(self, deadline: float) -> bytes:
+        raise NotImplementedError
+
+    def _shutdown(self) -> None:
+        raise NotImplementedError
+
+    # -- requests -------------------------------------------------------------------------------------
+    def request(self, op: str, *, wait: float = 60.0, **fields: Any) -> dict[str, Any]:
+        """Send one request and wait up to ``wait`` seconds for its answer."""
+        if self._closed:
+            raise SandboxError(f"sandbox.{self.backend}", "sandbox is closed")
+        with self._lock:
+            self._next_id += 1
+            rid = self._next_id
+            try:
+                self._send((json.dumps({"op": op, "id": rid, **fields}) + "\n").encode())
+                deadline = time.monotonic() + wait
+                while True:
+                    answer = json.loads(self._recv_line(deadline))
+                    if answer.get("id") == rid:
+                        break
+            except SandboxError as exc:
+                self.dirty_reason = str(exc)
+                raise
+            except (OSError, ValueError) as exc:
+                self.dirty_reason = f"runner channel broke during {op}: {exc}"
+                raise SandboxError(f"sandbox.{self.backend}.{op}", self.dirty_reason) from exc
+        if not answer.pop("ok", False):
+            raise SandboxRequestError(answer.get("error", "unknown runner error"))
+        return answer
+
+    def load(self, snapshot: RepoSnapshot) -> None:
+        self.request("load", tar=base64.b64encode(snapshot.tar).decode(), wait=120)
+        self.snapshot_key = snapshot.key
+
+    def run(self, command: str, *, timeout: float | None = None, cwd: str | None = None,
+            output_limit: int | None = None, env: dict[str, str] | None = None) -> CommandResult:
+        timeout = self.config.default_timeout if timeout is None else float(timeout)
+        limit = self.config.output_limit if output_limit is None else int(output_limit)
+        a = self.request("run", cmd=command, timeout=timeout, cwd=cwd, limit=limit, env=env or {},
+                         wait=timeout + 30)
+        return CommandResult(a["stdout"], a["stderr"], a["exit_code"], a["timed_out"], a["duration"], a["truncated"])
+
+    def read_file(self, path: str, limit: int = 1 << 20) -> bytes:
+        a = self.request("read", path=path, limit=limit)
+        if "error" in a:
+            raise FileNotFoundError(f"{path}: {a['error'].replace('_', ' ')}")
+        return base64.b64decode(a["data"])
+
+    def write_file(self, path: str, data: bytes) -> None:
+        a = self.request("write", path=path, data=base64.b64encode(data).decode())
+        if "error" in a:
+            raise IsADirectoryError(path)
+
+    def reset(self) -> None:
+        if self.snapshot_key is None:
+            raise SandboxError(f"sandbox.{self.backend}.reset", "nothing loaded to reset to")
+        self.request("reset", scratch=list(self.scratch_dirs), wait=120)
+
+    def diff(self) -> str:
+        return self.request("diff")["diff"]
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class SandboxRequestError(RuntimeError):
+    """The runner refused a request (bad path, git failure); the sandbox itself is fine."""

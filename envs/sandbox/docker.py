@@ -1,0 +1,142 @@
+"""The ``docker`` backend: one container per sandbox, driven through the docker SDK.
+
+Isolates: network (``network_mode="none"``), memory, CPU and process count (cgroup limits), the user
+(commands run as the unprivileged ``agent``, all capabilities dropped, no new privileges), and the
+filesystem (the container's own; the repository is copied in, never mounted). Every container carries
+labels naming the run so ``repogym gc`` can reap leftovers.
+
+Speed: a resident runner per container (one ``exec`` with its socket kept open) serves every command,
+file operation and reset, so a step costs a socket round trip rather than a new ``docker exec``.
+Reset restores the repository in place (git reset + clean, strays killed, scratch folders emptied);
+the root filesystem is read-only, so nothing else can have changed. A sandbox whose runner died or
+failed a request is marked dirty, and its owner replaces it with a fresh container.
+"""
+
+from __future__ import annotations
+
+import functools
+import select
+import socket
+import struct
+import time
+import uuid
+
+from envs.errors import SandboxError, SandboxUnavailable
+from envs.sandbox.base import REPO_DIR, RunnerClient, SandboxConfig
+
+LABEL = "repogym"
+# The root filesystem is read-only; these are the only writable places, all tmpfs, all emptied or
+# restored by reset. So nothing an agent does can outlive a reset, and no `docker diff` is needed.
+WRITABLE = {"/repo": "1g", "/tmp": "512m", "/home/agent": "256m", "/var/tmp": "256m"}
+
+
+@functools.lru_cache(maxsize=1)
+def docker_client():
+    """A docker SDK client, or :class:`SandboxUnavailable` saying why not."""
+    try:
+        import docker
+    except ImportError:
+        raise SandboxUnavailable("sandbox.docker", "the docker SDK is not installed: pip install docker") from None
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except Exception as exc:  # DockerException, connection refused, permission denied
+        raise SandboxUnavailable("sandbox.docker", f"no Docker daemon answers: {exc}") from None
+    return client
+
+
+def available() -> str | None:
+    """``None`` when a daemon answers, else why not."""
+    try:
+        docker_client()
+        return None
+    except SandboxUnavailable as exc:
+        return exc.message
+
+
+class DockerSandbox(RunnerClient):
+    """A container with a resident runner."""
+
+    backend = "docker"
+    inside_dir = "/opt/repogym"
+    scratch_dirs = ("/tmp", "/var/tmp", "/dev/shm", "/home/agent")
+
+    def __init__(self, config: SandboxConfig | None = None, image: str | None = None):
+        super().__init__(config)
+        from envs.sandbox.images import ensure_env_image
+        self.client = docker_client()
+        self.image = image or self.config.image or ensure_env_image({})
+        self.name = f"repogym-{self.config.run_id}-{uuid.uuid4().hex[:8]}"
+        labels = {LABEL: "1", f"{LABEL}.run": self.config.run_id, f"{LABEL}.created": str(int(time.time())),
+                  **self.config.labels}
+        try:
+            self.container = self.client.containers.run(
+                self.image, ["sleep", "infinity"], name=self.name, detach=True, labels=labels,
+                network_mode="none", mem_limit=self.config.memory, memswap_limit=self.config.memory,
+                nano_cpus=int(self.config.cpus * 1e9), pids_limit=self.config.pids, user="agent",
+                working_dir=REPO_DIR, init=True, read_only=True,
+                tmpfs={path: f"rw,exec,size={size},uid=1000,gid=1000,mode=0755" for path, size in WRITABLE.items()}, cap_drop=["ALL"], security_opt=["no-new-privileges"],
+                environment={"HOME": "/home/agent", "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"})
+            api = self.client.api
+            exec_id = api.exec_create(self.container.id, ["python3", f"{self.inside_dir}/runner.py", REPO_DIR],
+                                      stdin=True, stdout=True, stderr=True, user="agent")["Id"]
+            stream = api.exec_start(exec_id, socket=True)
+        except Exception as exc:
+            self._remove()
+            raise SandboxError("sandbox.docker.start", f"could not start a container from {self.image}: {exc}") from exc
+        self._sock: socket.socket = getattr(stream, "_sock", stream)
+        self._stream = stream
+        self._frames = b""  # raw multiplexed bytes not yet parsed
+        self._lines = b""   # the runner's stdout not yet split into lines
+        self.request("ping", wait=30)
+
+    # -- transport: docker multiplexes stdout/stderr in 8-byte-header frames ----------------------------
+    def _send(self, data: bytes) -> None:
+        self._sock.sendall(data)
+
+    def _recv_line(self, deadline: float) -> bytes:
+        while b"\n" not in self._lines:
+            while len(self._frames) >= 8:
+                kind, size = struct.unpack(">BxxxL", self._frames[:8])
+                if len(self._frames) < 8 + size:
+                    break
+                payload, self._frames = self._frames[8:8 + size], self._frames[8 + size:]
+                if kind == 1:
+                    self._lines += payload
+            if b"\n" in self._lines:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SandboxError("sandbox.docker", f"runner in {self.name} did not answer in time")
+            ready, _, _ = select.select([self._sock], [], [], left)
+            if ready:
+                chunk = self._sock.recv(1 << 20)
+                if not chunk:
+                    raise SandboxError("sandbox.docker", f"runner in {self.name} exited ({self._container_state()})")
+                self._frames += chunk
+        line, _, self._lines = self._lines.partition(b"\n")
+        return line
+
+    def _container_state(self) -> str:
+        try:
+            self.container.reload()
+            state = self.container.attrs["State"]
+            return f"container {state['Status']}, OOM killed: {state.get('OOMKilled')}"
+        except Exception as exc:
+            return f"container gone: {exc}"
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def _shutdown(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        self._remove()
+
+    def _remove(self) -> None:
+        container = getattr(self, "container", None)
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except Exception:
+                pass  # already gone; `repogym gc` reaps anything left

@@ -1,0 +1,170 @@
+"""Docker images: the base image (pulled where a registry answers, else built offline) and one
+environment image per task setup, tagged by a content hash so it is built once and reused.
+
+Offline base: ``debootstrap --variant=minbase`` of Debian bookworm with python3, pytest and git, then
+``docker import``. Environment image: the base plus a non-root ``agent`` user, ``/repo``, the in-sandbox
+runner files and, when a task's ``setup.pip`` names packages, a wheelhouse that ``pip download`` fills on
+the host and that installs with ``--no-index`` inside (containers have no network).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from envs.errors import ConfigError, SandboxError
+from envs.sandbox.base import INSIDE_DIR
+
+BASE_IMAGE = "repogym/base:bookworm"
+PULL_IMAGE = ("python", "3.11-slim-bookworm")
+DEBIAN_PACKAGES = ["python3", "python3-pytest", "python3-pip", "git", "procps", "ca-certificates"]
+ENV_REPO = "repogym/env"
+
+
+def _client():
+    from envs.sandbox.docker import docker_client
+    return docker_client()
+
+
+def base_image_exists(client=None) -> bool:
+    """Whether the base image is present."""
+    import docker
+    client = client or _client()
+    try:
+        client.images.get(BASE_IMAGE)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def build_base_image(*, force: bool = False, pull: bool = True, log: Callable[[str], Any] = print) -> str:
+    """Make ``repogym/base:bookworm``: pull an official python image where a registry answers, else debootstrap."""
+    client = _client()
+    if not force and base_image_exists(client):
+        log(f"{BASE_IMAGE} already present")
+        return BASE_IMAGE
+    if pull and _try_pull(client, log):
+        return BASE_IMAGE
+    return _debootstrap_import(client, log)
+
+
+def _try_pull(client, log) -> bool:
+    import docker
+    name, tag = PULL_IMAGE
+    try:
+        client.images.pull(name, tag=tag)
+    except (docker.errors.APIError, docker.errors.DockerException, OSError) as exc:
+        log(f"no registry answered for {name}:{tag} ({str(exc).splitlines()[0][:120]}); building offline")
+        return False
+    dockerfile = (f"FROM {name}:{tag}\nRUN apt-get update && apt-get install -y --no-install-recommends git procps "
+                  "&& rm -rf /var/lib/apt/lists/* && pip install --no-cache-dir pytest\n"
+                  "RUN ln -sf /usr/local/bin/python3 /usr/bin/python3 || true\n")
+    _build(client, dockerfile, {}, BASE_IMAGE, network=True)
+    log(f"built {BASE_IMAGE} from {name}:{tag}")
+    return True
+
+
+def _debootstrap_import(client, log) -> str:
+    if shutil.which("debootstrap") is None:
+        raise SandboxError("sandbox.images", "no registry answered and debootstrap is missing: apt-get install debootstrap")
+    with tempfile.TemporaryDirectory(prefix="repogym-rootfs-") as tmp:
+        rootfs, archive = Path(tmp) / "rootfs", Path(tmp) / "rootfs.tar"
+        log("debootstrap bookworm (about a minute)...")
+        proc = subprocess.run(["debootstrap", "--variant=minbase", "--include=" + ",".join(DEBIAN_PACKAGES),
+                               "bookworm", str(rootfs)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SandboxError("sandbox.images", f"debootstrap failed: {proc.stdout[-800:]}{proc.stderr[-800:]}")
+        subprocess.run(["rm", "-rf", str(rootfs / "var/cache/apt/archives"), str(rootfs / "var/lib/apt/lists")])
+        subprocess.run(["tar", "-C", str(rootfs), "-cf", str(archive), "."], check=True)
+        repo, tag = BASE_IMAGE.split(":")
+        client.api.import_image(src=str(archive), repository=repo, tag=tag,
+                                changes=["ENV PATH=/usr/local/bin:/usr/bin:/bin", "ENV LANG=C.UTF-8",
+                                         'CMD ["/bin/bash"]'])
+    log(f"imported {BASE_IMAGE}")
+    return BASE_IMAGE
+
+
+def _files_hash(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def env_dockerfile(setup: dict[str, Any]) -> str:
+    """The Dockerfile of the environment image for a task setup."""
+    lines = [f"FROM {BASE_IMAGE}",
+             # Written by hand: minbase Debian has no useradd.
+             "RUN echo 'agent:x:1000:1000::/home/agent:/bin/bash' >> /etc/passwd && echo 'agent:x:1000:' >> /etc/group"
+             " && mkdir -p /repo /opt/repogym /home/agent && chown 1000:1000 /repo /home/agent",
+             "COPY inside/ /opt/repogym/"]
+    if setup.get("pip"):
+        lines += ["COPY wheels/ /tmp/wheels/",
+                  "RUN python3 -m pip install --no-index --find-links /tmp/wheels --break-system-packages "
+                  + " ".join(f"'{p}'" for p in setup["pip"]) + " && rm -rf /tmp/wheels"]
+    lines += ["WORKDIR /repo", "USER agent", 'CMD ["sleep", "infinity"]']
+    return "\n".join(lines) + "\n"
+
+
+def env_image_tag(setup: dict[str, Any], base_id: str) -> str:
+    """Content-hash tag: base image id + setup + runner files."""
+    key = json.dumps({"base": base_id, "setup": {k: v for k, v in setup.items() if k != "source"},
+                      "inside": _files_hash(INSIDE_DIR), "dockerfile": env_dockerfile(setup)}, sort_keys=True)
+    return f"{ENV_REPO}:{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+def ensure_env_image(setup: dict[str, Any] | None = None, *, log: Callable[[str], Any] = lambda m: None) -> str:
+    """The environment image for ``setup``, built on first use."""
+    import docker
+    setup = setup or {}
+    client = _client()
+    try:
+        base = client.images.get(BASE_IMAGE)
+    except docker.errors.ImageNotFound:
+        raise SandboxError("sandbox.images", f"base image {BASE_IMAGE} is missing: run `repogym images build`") from None
+    tag = env_image_tag(setup, base.id)
+    try:
+        client.images.get(tag)
+        return tag
+    except docker.errors.ImageNotFound:
+        pass
+    files = {f"inside/{p.name}": p.read_bytes() for p in INSIDE_DIR.glob("*.py")}
+    if setup.get("pip"):
+        files.update(_wheelhouse(list(setup["pip"])))
+    log(f"building {tag}")
+    _build(client, env_dockerfile(setup), files, tag, network=False)
+    return tag
+
+
+def _wheelhouse(requirements: list[str]) -> dict[str, bytes]:
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", tmp, "--only-binary=:all:",
+                               "--python-version", "3.11", *requirements], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ConfigError(f"could not download {requirements} for the image: {proc.stderr.strip()[-600:]}")
+        return {f"wheels/{p.name}": p.read_bytes() for p in Path(tmp).iterdir()}
+
+
+def _build(client, dockerfile: str, files: dict[str, bytes], tag: str, *, network: bool) -> None:
+    import docker
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in {"Dockerfile": dockerfile.encode(), **files}.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    try:
+        client.images.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True,
+                            network_mode=None if network else "none")
+    except docker.errors.BuildError as exc:
+        log = "".join(str(chunk.get("stream", chunk.get("error", ""))) for chunk in exc.build_log)
+        raise SandboxError("sandbox.images", f"building {tag} failed: {log[-1500:]}") from None

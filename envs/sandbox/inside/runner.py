@@ -1,0 +1,220 @@
+"""The resident process inside every sandbox (stdlib only; runs under the sandbox's python3).
+
+Started once per sandbox with the repository root as its argument, it reads one JSON request per line on
+stdin and answers one JSON line on stdout. A command's own output travels inside the JSON string, so no
+output of the agent's can forge the end of an answer. It owns what a plain ``exec`` cannot do cheaply:
+timeouts that kill the command's whole process group, output limits, binary detection, file reads and
+writes confined to the repository, loading a snapshot as a fresh one-commit repository, and resets.
+
+Not guaranteed: it runs as the same user as the agent's commands, so a hostile command can signal it;
+the host then sees a dead runner, a typed SandboxError, and replaces the sandbox.
+"""
+
+import base64
+import io
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+ROOT = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else "/repo")
+GIT_ID = ["-c", "user.name=repogym", "-c", "user.email=agent@repogym.invalid", "-c", "commit.gpgsign=false",
+          "-c", "init.defaultBranch=main", "-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0"]
+BASE_TAG = "repogym-base"
+
+
+def _inside(path):
+    full = os.path.realpath(os.path.join(ROOT, path))
+    if full != ROOT and not full.startswith(ROOT + os.sep):
+        raise ValueError(f"path {path!r} is outside the repository")
+    return full
+
+
+def _decode(data, total, limit):
+    if b"\0" in data[:8192]:
+        return f"[binary output: {total} bytes, not shown]", total > 0
+    text = data.decode("utf-8", errors="replace")
+    return text, total > limit
+
+
+def run(req):
+    cmd, timeout = req["cmd"], float(req.get("timeout", 60))
+    limit = int(req.get("limit", 65536))
+    cwd = _inside(req.get("cwd") or ".")
+    env = dict(os.environ)
+    env.update(req.get("env") or {})
+    start = time.monotonic()
+    proc = subprocess.Popen(["/bin/bash", "-c", cmd], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    totals = {proc.stdout: 0, proc.stderr: 0}
+    sel = selectors.DefaultSelector()
+    for stream in bufs:
+        os.set_blocking(stream.fileno(), False)
+        sel.register(stream, selectors.EVENT_READ)
+    timed_out, exited_at = False, None
+    while sel.get_map():
+        now = time.monotonic()
+        if exited_at is None and proc.poll() is not None:
+            exited_at = now
+            _killpg(proc.pid)  # background children die with their command
+        if exited_at is not None and now - exited_at > 0.2:
+            break  # an escaped grandchild holds the pipe open; stop waiting for it
+        if exited_at is None and now - start > timeout:
+            timed_out = True
+            _killpg(proc.pid)
+            exited_at = now
+        for key, _ in sel.select(timeout=0.05):
+            chunk = os.read(key.fileobj.fileno(), 65536)
+            if not chunk:
+                sel.unregister(key.fileobj)
+                continue
+            totals[key.fileobj] += len(chunk)
+            room = limit + 1 - len(bufs[key.fileobj])
+            if room > 0:
+                bufs[key.fileobj] += chunk[:room]
+    for stream in bufs:
+        stream.close()
+    code = proc.wait()
+    out, out_cut = _decode(bytes(bufs[proc.stdout][:limit]), totals[proc.stdout], limit)
+    err, err_cut = _decode(bytes(bufs[proc.stderr][:limit]), totals[proc.stderr], limit)
+    return {"stdout": out, "stderr": err, "exit_code": -9 if timed_out else code, "timed_out": timed_out,
+            "duration": time.monotonic() - start, "stdout_bytes": totals[proc.stdout],
+            "stderr_bytes": totals[proc.stderr], "truncated": out_cut or err_cut}
+
+
+def _killpg(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def read(req):
+    path = _inside(req["path"])
+    if os.path.isdir(path):
+        return {"error": "is_directory", "entries": sorted(os.listdir(path))[:1000]}
+    if not os.path.exists(path):
+        return {"error": "not_found"}
+    limit = int(req.get("limit", 1 << 20))
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    return {"data": base64.b64encode(data[:limit]).decode(), "size": os.path.getsize(path),
+            "truncated": len(data) > limit}
+
+
+def write(req):
+    path = _inside(req["path"])
+    if os.path.isdir(path):
+        return {"error": "is_directory"}
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(base64.b64decode(req["data"]))
+    return {}
+
+
+def _git(*args, check=True):
+    proc = subprocess.run(["git", *GIT_ID, *args], cwd=ROOT, capture_output=True)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)}: {proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout.decode(errors="replace")
+
+
+def load(req):
+    """Replace the repository with a snapshot (a tar) committed as the one base commit."""
+    _clear(ROOT)
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(req["tar"]))) as tar:
+        for member in tar.getmembers():
+            _inside(member.name)  # no absolute paths, no ../ escapes
+            if member.issym() or member.islnk():
+                _inside(os.path.join(os.path.dirname(member.name), member.linkname))
+        tar.extractall(ROOT)
+    _git("init", "-q")
+    _git("add", "-A")
+    _git("commit", "-q", "--allow-empty", "-m", "base")
+    _git("tag", BASE_TAG)
+    return {"commit": _git("rev-parse", "HEAD").strip()}
+
+
+def _clear(folder):
+    for name in os.listdir(folder):
+        full = os.path.join(folder, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full)
+        else:
+            os.unlink(full)
+
+
+def reset(req):
+    """Back to the base commit; kill stray processes; empty the scratch folders."""
+    killed = _kill_strays()
+    _git("checkout", "-q", "-f", BASE_TAG)
+    _git("reset", "-q", "--hard", BASE_TAG)
+    _git("clean", "-q", "-fdx")
+    for scratch in req.get("scratch", []):
+        if os.path.isdir(scratch):
+            for name in os.listdir(scratch):
+                full = os.path.join(scratch, name)
+                try:
+                    shutil.rmtree(full) if os.path.isdir(full) and not os.path.islink(full) else os.unlink(full)
+                except OSError:
+                    pass
+    return {"killed": killed}
+
+
+def _start_time(pid):
+    with open(f"/proc/{pid}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[19])
+
+
+def _kill_strays():
+    """Kill every process started after this runner: whatever the agent left running."""
+    me, mine = os.getpid(), _start_time(os.getpid())
+    killed = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            if _start_time(name) >= mine:
+                os.kill(int(name), signal.SIGKILL)
+                killed += 1
+        except (OSError, ValueError, IndexError):
+            pass  # gone already, or not ours to signal
+    return killed
+
+
+def diff(req):
+    """The working tree against the base, new files included, as a git patch."""
+    _git("add", "-A")
+    return {"diff": _git("diff", "--cached", "--binary", BASE_TAG)}
+
+
+OPS = {"run": run, "read": read, "write": write, "load": load, "reset": reset, "diff": diff,
+       "ping": lambda req: {"pid": os.getpid()}}
+
+
+def main():
+    os.makedirs(ROOT, exist_ok=True)
+    out = sys.stdout
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            req = json.loads(line)
+            answer = OPS[req["op"]](req)
+            answer["ok"] = True
+        except Exception as exc:  # every failure is an answer, never a dead runner
+            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            req = req if isinstance(locals().get("req"), dict) else {}
+        answer["id"] = req.get("id")
+        out.write(json.dumps(answer) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""Named suites: JSONL task files found by name (``builtin``) or given by path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from envs.errors import ConfigError
+from envs.tasks.schema import Task, load_tasks
+
+_REGISTERED: dict[str, Path] = {}
+
+
+def task_repos_dir() -> Path:
+    """The bundled ``task_repos/`` folder (override with ``REPOGYM_TASK_REPOS``)."""
+    override = os.environ.get("REPOGYM_TASK_REPOS")
+    return Path(override) if override else Path(__file__).resolve().parents[2] / "task_repos"
+
+
+def register_suite(name: str, path: str | Path) -> None:
+    """Make ``name`` resolve to a JSONL file."""
+    _REGISTERED[name] = Path(path)
+
+
+def list_suites() -> dict[str, Path]:
+    """Every suite name known: registered ones and each ``task_repos/*.jsonl``."""
+    found = {p.stem: p for p in sorted(task_repos_dir().glob("*.jsonl"))}
+    found.update(_REGISTERED)
+    return found
+
+
+def suite_path(name_or_path: str) -> Path:
+    """The file behind a suite name, or the path itself when it is a file."""
+    suites = list_suites()
+    if name_or_path in suites:
+        return suites[name_or_path]
+    if Path(name_or_path).is_file():
+        return Path(name_or_path)
+    raise ConfigError(f"unknown suite {name_or_path!r}: expected one of {sorted(suites)} or a path to a JSONL file")
+
+
+def load_suite(name_or_path: str = "builtin") -> list[Task]:
+    """Load a suite's tasks."""
+    return load_tasks(suite_path(name_or_path))
+
+
+def find_task(task_id: str, suite: str = "builtin") -> Task:
+    """One task of a suite by id; a miss lists a few valid ids."""
+    tasks = load_suite(suite)
+    for task in tasks:
+        if task.instance_id == task_id:
+            return task
+    sample = ", ".join(t.instance_id for t in tasks[:5])
+    raise ConfigError(f"no task {task_id!r} in suite {suite!r} ({len(tasks)} tasks, e.g. {sample})")
