@@ -60,6 +60,8 @@ class SandboxConfig:
     """Label on every container of this run, so ``repogym gc --run`` can reap them."""
     labels: dict[str, str] = field(default_factory=dict)
     """Extra container labels."""
+    hidden_paths: tuple[str, ...] = ()
+    """Host paths the local backend hides from the sandbox (e.g. a task's source repository)."""
 
 
 @runtime_checkable

@@ -105,6 +105,7 @@ def env_dockerfile(setup: dict[str, Any]) -> str:
              # Written by hand: minbase Debian has no useradd.
              "RUN echo 'agent:x:1000:1000::/home/agent:/bin/bash' >> /etc/passwd && echo 'agent:x:1000:' >> /etc/group"
              " && mkdir -p /repo /opt/repogym /home/agent && chown 1000:1000 /repo /home/agent",
+             "RUN [ -e /usr/local/bin/python ] || ln -s /usr/bin/python3 /usr/local/bin/python",
              "COPY inside/ /opt/repogym/"]
     if setup.get("pip"):
         lines += ["COPY wheels/ /tmp/wheels/",

@@ -35,10 +35,10 @@ def available() -> str | None:
     return None
 
 
-def _hidden_paths() -> list[Path]:
+def _hidden_paths(extra: tuple[str, ...] = ()) -> list[Path]:
     # The agent must not read gold patches, hidden tests or full histories.
-    paths = {task_repos_dir().resolve(), cache_dir().resolve(), PROJECT_ROOT}
-    return sorted(p for p in paths if p.exists())
+    paths = {task_repos_dir().resolve(), cache_dir().resolve(), PROJECT_ROOT, *(Path(p).resolve() for p in extra)}
+    return sorted(p for p in paths if p.exists() and p.is_dir())
 
 
 class LocalSandbox(RunnerClient):
@@ -67,9 +67,10 @@ class LocalSandbox(RunnerClient):
             elif entry.is_dir():
                 cmd += ["--ro-bind", str(entry), str(entry)]
         cmd += ["--dev", "/dev", "--proc", "/proc"]
-        for hidden in _hidden_paths():
-            cmd += ["--tmpfs", str(hidden)]
-        if any(python_prefix.is_relative_to(h) for h in _hidden_paths()):
+        hidden = _hidden_paths(self.config.hidden_paths)
+        for path in hidden:
+            cmd += ["--tmpfs", str(path)]
+        if any(python_prefix.is_relative_to(h) for h in hidden):
             cmd += ["--ro-bind", str(python_prefix), str(python_prefix)]  # the venv whose python runs tests
         cmd += ["--bind", str(self.workdir / "tmp"), "/tmp", "--bind", str(self.workdir / "repo"), REPO_DIR,
                 "--ro-bind", str(INSIDE_DIR), INSIDE_MOUNT, "--chdir", REPO_DIR,

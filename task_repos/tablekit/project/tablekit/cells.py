@@ -94,8 +94,9 @@ def pad(text: str, width: int, align: str = "left") -> str:
     """Pad a single line *text* with spaces to *width* display columns.
 
     ``"decimal"`` is treated like ``"right"`` here: decimal alignment is
-    prepared column-wise by :func:`align_decimal` beforehand.
-    Text that is already wider than *width* is returned unchanged.
+    prepared column-wise by :func:`align_decimal` beforehand. Centred text
+    gets the odd extra space, if any, on its right. Text that is already
+    wider than *width* is returned unchanged.
     """
     gap = width - display_width(text)
     if gap <= 0:

@@ -44,7 +44,6 @@ def test_is_number():
     assert is_number(2.5)
     assert not is_number("3")
     assert not is_number(None)
-    assert not is_number(True)
 
 
 def test_format_value_basics():

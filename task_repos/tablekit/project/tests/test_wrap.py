@@ -1,6 +1,6 @@
 import pytest
 
-from tablekit.wrap import break_word, fit_prefix, truncate, truncate_text, wrap_line, wrap_text
+from tablekit.wrap import fit_prefix, truncate, truncate_text, wrap_line, wrap_text
 
 
 def test_short_line_is_unchanged():
@@ -45,11 +45,6 @@ def test_fit_prefix():
 def test_fit_prefix_forces_progress():
     assert fit_prefix("日", 1) == 1
     assert fit_prefix("日", 1, force=False) == 0
-
-
-def test_break_word():
-    assert break_word("abcdefg", 3) == ["abc", "def", "g"]
-    assert break_word("abc", 3) == ["abc"]
 
 
 def test_truncate_ascii():

@@ -1,0 +1,37 @@
+"""Agents: the ``Agent`` protocol and a registry of agents by name (imported lazily on use)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol, runtime_checkable
+
+from envs.errors import ConfigError
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """Something that turns observations into tool calls (text)."""
+
+    def reset(self, observation: str, info: dict[str, Any]) -> None:
+        """A new episode starts with this observation (the problem statement) and info."""
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        """The next action: one tool call as text."""
+
+
+AGENTS = {
+    "oracle": "agents.oracle:OracleAgent",
+    "null": "agents.null:NullAgent",
+    "replay": "agents.replay:ReplayAgent",
+}
+
+
+def make_agent(name: str, **kwargs: Any) -> Agent:
+    """An agent by registry name; a miss lists the valid names."""
+    if name not in AGENTS:
+        raise ConfigError(f"unknown agent {name!r}: expected one of {sorted(AGENTS)}")
+    module, cls = AGENTS[name].split(":")
+    return getattr(importlib.import_module(module), cls)(**kwargs)
+
+
+__all__ = ["Agent", "AGENTS", "make_agent"]

@@ -1,0 +1,274 @@
+"""The Gymnasium environment: one episode = one task in a sandbox, one step = one tool call.
+
+``reset`` loads the task's repository at its base commit into the agent's sandbox (reusing the sandbox
+when it is clean: a git reset, not a new container) and returns the problem statement with the tool
+instructions. ``step`` takes one tool call as text and returns its output. ``submit`` grades the diff in
+a pristine sandbox (:mod:`envs.rewards`) and terminates; the turn limit truncates (and, by default,
+grades whatever the diff is then). Agent mistakes are observations; infrastructure failures end the
+episode with ``info["infra_error"]`` and a NaN reward, so training can drop them.
+"""
+
+from __future__ import annotations
+
+import string
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import gymnasium as gym
+
+from envs.actions import FORMAT_HINT, parse_action
+from envs.errors import ConfigError, InfraError
+from envs.rewards import EvalRecord, grade, reward_of
+from envs.sandbox import SandboxConfig, default_backend, sandbox_factory
+from envs.sandbox.pool import SandboxPool
+from envs.tasks.repos import repo_path, snapshot
+from envs.tasks.schema import Task
+from envs.tasks.suites import find_task, load_suite
+from envs.tools import TOOLS, ToolContext, ToolError, get_tool, tools_schema
+
+ENV_ID = "repogym/RepoTask-v0"
+MAX_TEXT = 1 << 20
+
+
+class AnyText(gym.spaces.Text):
+    """A text space whose members are any string up to ``max_length`` (tool output is arbitrary Unicode);
+    ``sample`` draws printable ASCII, as a malformed-action fuzzer."""
+
+    def __init__(self, max_length: int = MAX_TEXT, seed: int | None = None):
+        super().__init__(max_length=max_length, min_length=0, charset=string.printable, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and len(x) <= self.max_length
+
+
+@dataclass
+class EnvConfig:
+    """Settings of :class:`RepoTaskEnv`."""
+
+    max_turns: int = 30
+    """Tool calls per episode before truncation."""
+    sandbox: str | None = None
+    """``docker`` or ``local``; ``None`` picks docker when a daemon answers, else local."""
+    sandbox_config: SandboxConfig = field(default_factory=SandboxConfig)
+    """Limits and labels of every sandbox."""
+    observation_limit: int = 16_000
+    """Characters of tool output per observation; the middle of longer output is cut with a marker."""
+    command_timeout: float = 60.0
+    """Default seconds for a ``bash`` command."""
+    max_command_timeout: float = 600.0
+    """Most seconds an agent may ask for; also the timeout of ``run_tests``."""
+    eval_timeout: float = 900.0
+    """Seconds the hidden tests may run when grading."""
+    grade_on_truncation: bool = True
+    """Grade the diff when the turn limit ends an episode (else reward 0 with status ``not_submitted``)."""
+    eval_pool_size: int = 1
+    """Grading sandboxes kept started ahead of time (per environment image)."""
+
+    def __post_init__(self):
+        if self.max_turns < 1:
+            raise ConfigError(f"max_turns must be >= 1, got {self.max_turns}")
+        if self.sandbox not in (None, "docker", "local"):
+            raise ConfigError(f"sandbox must be 'docker', 'local' or None, got {self.sandbox!r}")
+
+
+class RepoTaskEnv(gym.Env):
+    """A multi-turn coding task over a real repository (see the module docstring)."""
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, task: str | Task | dict | None = None, suite: str = "builtin", sandbox: str | None = None,
+                 max_turns: int | None = None, render_mode: str | None = None, config: EnvConfig | None = None,
+                 tasks: list[Task] | None = None):
+        config = config or EnvConfig()
+        if sandbox is not None:
+            config = replace(config, sandbox=sandbox)
+        if max_turns is not None:
+            config = replace(config, max_turns=max_turns)
+        config.__post_init__()
+        if render_mode not in (None, "ansi"):
+            raise ConfigError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.config, self.render_mode = config, render_mode
+        self.backend = config.sandbox or default_backend()
+        self.suite = suite
+        self.tasks = self._task_list(task, suite, tasks)
+        self.observation_space = AnyText()
+        self.action_space = AnyText()
+        self._sandbox = None
+        self._sandbox_key: str | None = None
+        self._pools: dict[str, SandboxPool] = {}
+        self.task: Task | None = None
+        self._done = True
+        self._last_obs = ""
+
+    # -- tasks ----------------------------------------------------------------------------------------
+    def _task_list(self, task, suite, tasks) -> list[Task]:
+        if tasks:
+            return list(tasks)
+        if isinstance(task, Task):
+            return [task]
+        if isinstance(task, dict):
+            return [Task.from_dict(task, path="<task spec>")]
+        if isinstance(task, str):
+            return [find_task(task, suite)]
+        if task is not None:
+            raise ConfigError(f"task must be an id, a Task or a dict, got {type(task).__name__}")
+        found = load_suite(suite)
+        if not found:
+            raise ConfigError(f"suite {suite!r} has no tasks")
+        return found
+
+    def _pick(self, options: dict | None) -> Task:
+        task_id = (options or {}).get("task_id")
+        if task_id is not None:
+            for task in self.tasks:
+                if task.instance_id == task_id:
+                    return task
+            return find_task(task_id, self.suite)
+        if len(self.tasks) == 1:
+            return self.tasks[0]
+        return self.tasks[int(self.np_random.integers(len(self.tasks)))]
+
+    # -- sandboxes -------------------------------------------------------------------------------------
+    def _factory(self, task: Task):
+        config = self.config.sandbox_config
+        if self.backend == "local":  # the task's source repository holds history past the base
+            config = replace(config, hidden_paths=config.hidden_paths + (str(repo_path(task)),))
+        return sandbox_factory(self.backend, task.setup, config)
+
+    def _agent_sandbox(self, task: Task):
+        if self._sandbox is not None and (self._sandbox_key != task.env_key or self._sandbox.dirty_reason):
+            self._sandbox.close()
+            self._sandbox = None
+        if self._sandbox is None:
+            self._sandbox = self._factory(task)()
+            self._sandbox_key = task.env_key
+        return self._sandbox
+
+    def _grading_pool(self, task: Task) -> SandboxPool:
+        if task.env_key not in self._pools:
+            self._pools[task.env_key] = SandboxPool(self._factory(task), self.config.eval_pool_size)
+        return self._pools[task.env_key]
+
+    def _load(self, task: Task) -> None:
+        snap = snapshot(task)
+        for attempt in range(2):
+            sandbox = self._agent_sandbox(task)
+            try:
+                if sandbox.snapshot_key == snap.key:
+                    sandbox.reset()
+                else:
+                    sandbox.load(snap)
+                if not sandbox.dirty_reason:
+                    return
+            except InfraError:
+                if attempt:
+                    raise
+            sandbox.dirty_reason = sandbox.dirty_reason or "reset failed"
+
+    # -- gymnasium API --------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        super().reset(seed=seed)
+        self.task = self._pick(options)
+        self._load(self.task)
+        self._grading_pool(self.task)  # start warming grading sandboxes while the agent works
+        self.turn, self.well_formed, self._done = 0, 0, False
+        self.ctx = ToolContext(self._sandbox, self.task, self.config.command_timeout, self.config.max_command_timeout)
+        obs = self._intro(self.task)
+        self._last_obs = obs
+        info = {"task_id": self.task.instance_id, "repo": self.task.repo, "difficulty": self.task.difficulty,
+                "tools": self.tools_schema(), "max_turns": self.config.max_turns, "sandbox": self.backend}
+        return obs, info
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict]:
+        if self._done:
+            raise RuntimeError("the episode is over (or never started): call reset() first")
+        self.turn += 1
+        start = time.monotonic()
+        info: dict[str, Any] = {"task_id": self.task.instance_id, "turn": self.turn, "tool": None,
+                                "exit_code": None, "error": None}
+        reward, terminated, truncated = 0.0, False, False
+        try:
+            call = parse_action(action)
+            info["tool"] = call.name
+            tool = get_tool(call.name)
+            args = tool.check_arguments(call.arguments)
+            self.well_formed += 1
+            if tool.name == "submit":
+                obs, reward, record = self._finish("submitted")
+                terminated = True
+                info["eval"] = record.to_dict()
+            else:
+                result = tool.run(self.ctx, args)
+                obs, info["exit_code"], info["error"] = result.output, result.exit_code, result.error
+                info.update(result.data)
+        except ToolError as exc:
+            obs, info["error"] = f"error ({exc.kind}): {exc.message}", exc.kind
+        except InfraError as exc:
+            obs = f"[infrastructure error in {exc.where}: {exc.message}; the episode ends]"
+            info["infra_error"] = {"where": exc.where, "message": exc.message}
+            info["eval"] = {"status": "infra_error", "error": info["infra_error"]}
+            reward, truncated = float("nan"), True
+            if self._sandbox is not None:
+                self._sandbox.dirty_reason = self._sandbox.dirty_reason or str(exc)
+        if not (terminated or truncated) and self.turn >= self.config.max_turns:
+            truncated = True
+            if self.config.grade_on_truncation:
+                _, reward, record = self._finish("turn limit")
+                info["eval"] = record.to_dict()
+            else:
+                info["eval"] = {"status": "not_submitted"}
+            obs += f"\n[turn limit of {self.config.max_turns} reached; the episode ends]"
+        if terminated or truncated:
+            self._done = True
+            info["well_formed_calls"] = self.well_formed
+            if "eval" in info and info["eval"].get("status") == "infra_error":
+                info["infra_error"] = info["eval"].get("error")
+        info["duration_s"] = round(time.monotonic() - start, 4)
+        obs = truncate(obs, self.config.observation_limit)
+        self._last_obs = obs
+        return obs, float(reward), terminated, truncated, info
+
+    def _finish(self, why: str) -> tuple[str, float, EvalRecord]:
+        patch = self._sandbox.diff()
+        record = grade(self.task, patch, self._grading_pool(self.task).acquire, timeout=self.config.eval_timeout)
+        self.last_patch, self.last_eval = patch, record
+        summary = record.status
+        if record.fail_to_pass:
+            summary += (f" (FAIL_TO_PASS {record.fail_to_pass['passed']}/{record.fail_to_pass['total']}, "
+                        f"PASS_TO_PASS {record.pass_to_pass['passed']}/{record.pass_to_pass['total']})")
+        return f"[{why}; evaluation: {summary}]", reward_of(record), record
+
+    def render(self) -> str | None:
+        return self._last_obs if self.render_mode == "ansi" else None
+
+    def close(self) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+        super().close()
+
+    # -- helpers --------------------------------------------------------------------------------------
+    def tools_schema(self) -> list[dict]:
+        """The OpenAI tools JSON of this environment's tools."""
+        return tools_schema(list(TOOLS))
+
+    def _intro(self, task: Task) -> str:
+        tools = "\n".join(f"- {t.name}({', '.join(t.parameters.get('properties', {}))}): {t.description}"
+                          for t in TOOLS.values())
+        return (f"You are fixing an issue in the repository {task.repo}, checked out at /repo "
+                f"(the current directory).\n\n<issue>\n{task.problem_statement.strip()}\n</issue>\n\n"
+                f"Tools:\n{tools}\n\nEach turn, {FORMAT_HINT}. You have {self.config.max_turns} turns. "
+                "Your changes are graded by running the project's tests, including tests you cannot see; "
+                "changes to test files are ignored. Call submit when you are done.")
+
+
+def truncate(text: str, limit: int) -> str:
+    """``text`` cut in the middle to ``limit`` characters with a marker saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 2 // 3, limit // 3
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters truncated ...]\n{text[-tail:]}"

@@ -1,0 +1,77 @@
+"""Task validation: the gold patch resolves the task, the empty patch does not, and no test is flaky.
+
+Per task: grade the gold patch once and the empty patch three times (the baseline). Problems found:
+gold not resolved; a FAIL_TO_PASS test passing at base; a PASS_TO_PASS test failing at base; tests whose
+baseline outcome changes between runs (flaky); infrastructure errors (reported apart, not as task bugs).
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from envs.rewards.evaluate import INFRA_ERROR, RESOLVED, EvalRecord, grade
+from envs.sandbox.base import Sandbox
+from envs.tasks.schema import Task
+
+BASELINE_RUNS = 3
+
+
+@dataclass
+class Validation:
+    """The verdict on one task."""
+
+    instance_id: str
+    problems: list[str] = field(default_factory=list)
+    flaky: list[str] = field(default_factory=list)
+    infra_errors: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and not self.flaky and not self.infra_errors
+
+
+def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = BASELINE_RUNS) -> Validation:
+    """Validate one task with sandboxes from ``make_sandbox``."""
+    start = time.monotonic()
+    result = Validation(task.instance_id)
+    gold = grade(task, task.patch, make_sandbox)
+    baselines = [grade(task, "", make_sandbox) for _ in range(runs)]
+    for label, record in [("gold", gold)] + [(f"baseline {i + 1}", r) for i, r in enumerate(baselines)]:
+        if record.status == INFRA_ERROR:
+            result.infra_errors.append(f"{label}: {record.error['where']}: {record.error['message']}")
+    if result.infra_errors:
+        result.duration_s = time.monotonic() - start
+        return result
+    if gold.status != RESOLVED:
+        failing = [t for t, o in gold.tests.items() if o != "passed"]
+        result.problems.append(f"gold patch is {gold.status}: not passing {failing[:10]}"
+                               + (f" ({gold.error['message'][:300]})" if gold.error else ""))
+    base = baselines[0]
+    passing_f2p = [t for t in task.FAIL_TO_PASS if base.tests.get(t) == "passed"]
+    failing_p2p = [t for t in task.PASS_TO_PASS if base.tests.get(t) != "passed"]
+    if passing_f2p:
+        result.problems.append(f"FAIL_TO_PASS passes without the fix: {passing_f2p[:10]}")
+    if failing_p2p:
+        result.problems.append(f"PASS_TO_PASS fails at the base commit: {failing_p2p[:10]}")
+    if not task.FAIL_TO_PASS:
+        result.problems.append("no FAIL_TO_PASS tests")
+    result.flaky = sorted(t for t in base.tests if len({r.tests.get(t) for r in baselines}) > 1)
+    result.duration_s = time.monotonic() - start
+    return result
+
+
+def validate_tasks(tasks: list[Task], factory_for: Callable[[Task], Callable[[], Sandbox]], workers: int = 2,
+                   on_result: Callable[[Validation], None] | None = None) -> list[Validation]:
+    """Validate many tasks, ``workers`` at a time; ``on_result`` sees each verdict as it lands."""
+    def one(task: Task) -> Validation:
+        verdict = validate_task(task, factory_for(task))
+        if on_result:
+            on_result(verdict)
+        return verdict
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return list(pool.map(one, tasks))

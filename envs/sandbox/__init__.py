@@ -1,0 +1,66 @@
+"""Sandboxes: the ``Sandbox`` protocol and its backends, found by name.
+
+``make_sandbox("docker" | "local", config)``; ``default_backend()`` picks docker when a daemon answers
+and local otherwise (saying so once). Backends import lazily, so the docker SDK stays optional.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+from envs.errors import ConfigError
+from envs.sandbox.base import CommandResult, Sandbox, SandboxConfig, SandboxRequestError
+
+BACKENDS = {
+    "docker": "envs.sandbox.docker:DockerSandbox",
+    "local": "envs.sandbox.local:LocalSandbox",
+}
+_noted = False
+
+__all__ = ["Sandbox", "SandboxConfig", "CommandResult", "SandboxRequestError", "make_sandbox", "default_backend",
+           "backend_unavailable", "BACKENDS"]
+
+
+def _module(name: str):
+    if name not in BACKENDS:
+        raise ConfigError(f"unknown sandbox backend {name!r}: expected one of {sorted(BACKENDS)}")
+    return importlib.import_module(BACKENDS[name].split(":")[0])
+
+
+def backend_unavailable(name: str) -> str | None:
+    """``None`` when backend ``name`` can run here, else why not."""
+    return _module(name).available()
+
+
+def default_backend() -> str:
+    """``docker`` when a Docker daemon answers, else ``local`` (with a one-line note on stderr)."""
+    global _noted
+    why = backend_unavailable("docker")
+    if why is None:
+        return "docker"
+    if not _noted:
+        print(f"repogym: no Docker daemon answers; using the local (bubblewrap) sandbox", file=sys.stderr)
+        _noted = True
+    return "local"
+
+
+def make_sandbox(name: str | None = None, config: SandboxConfig | None = None, **kwargs: Any) -> Sandbox:
+    """A new sandbox of backend ``name`` (``None``: the default backend)."""
+    name = name or default_backend()
+    module_name, cls_name = BACKENDS[name].split(":") if name in BACKENDS else (None, None)
+    if module_name is None:
+        _module(name)  # raises with the valid names
+    return getattr(importlib.import_module(module_name), cls_name)(config, **kwargs)
+
+
+def sandbox_factory(backend: str, setup: dict | None = None, config: SandboxConfig | None = None):
+    """A no-argument callable making sandboxes of ``backend`` for a task ``setup`` (builds the image once)."""
+    config = config or SandboxConfig()
+    if backend == "docker":
+        from envs.sandbox.images import ensure_env_image
+        image = config.image or ensure_env_image(setup or {})
+        return lambda: make_sandbox("docker", config, image=image)
+    _module(backend)
+    return lambda: make_sandbox(backend, config)

@@ -1,0 +1,55 @@
+"""A warm pool: sandboxes started ahead of time so grading and new episodes do not wait for a start."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Callable
+
+from envs.sandbox.base import Sandbox
+
+
+class SandboxPool:
+    """Keeps up to ``size`` started sandboxes ready; ``acquire`` hands one out and a thread refills."""
+
+    def __init__(self, factory: Callable[[], Sandbox], size: int = 1):
+        self.factory, self.size = factory, max(0, int(size))
+        self._ready: queue.Queue[Sandbox] = queue.Queue()
+        self._wanted = threading.Semaphore(0)
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        if self.size:
+            for _ in range(self.size):
+                self._wanted.release()
+            self._thread = threading.Thread(target=self._fill, name="repogym-pool", daemon=True)
+            self._thread.start()
+
+    def _fill(self) -> None:
+        while True:
+            self._wanted.acquire()
+            if self._closed.is_set():
+                return
+            try:
+                self._ready.put(self.factory())
+            except Exception:
+                # Start failures surface to the caller of acquire(), which starts one itself.
+                self._closed.wait(1.0)
+                self._wanted.release()
+
+    def acquire(self) -> Sandbox:
+        """A started sandbox: a warm one when ready, else one started now."""
+        try:
+            sandbox = self._ready.get_nowait()
+        except queue.Empty:
+            return self.factory()
+        self._wanted.release()
+        return sandbox
+
+    def close(self) -> None:
+        """Stop refilling and close every sandbox still waiting."""
+        self._closed.set()
+        self._wanted.release()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        while not self._ready.empty():
+            self._ready.get_nowait().close()

@@ -1,0 +1,42 @@
+"""Tools an agent calls, by name. Each is a schema plus ``run(context, arguments) -> ToolResult``.
+
+``submit`` is listed here for its schema; the environment handles it (it ends the episode).
+"""
+
+from __future__ import annotations
+
+from envs.tools.base import Tool, ToolContext, ToolError, ToolResult
+from envs.tools.files import CREATE, EDIT, SEARCH, VIEW
+from envs.tools.patches import APPLY_PATCH, DIFF
+from envs.tools.shell import BASH
+from envs.tools.tests import RUN_TESTS
+
+
+def _submit(ctx: ToolContext, args: dict) -> ToolResult:  # pragma: no cover - the env intercepts submit
+    raise ToolError("bad_arguments", "submit is handled by the environment")
+
+
+SUBMIT = Tool("submit", "Submit the current changes for grading; ends the episode.", {"type": "object", "properties": {}},
+              _submit)
+
+TOOLS: dict[str, Tool] = {t.name: t for t in (BASH, VIEW, SEARCH, EDIT, CREATE, APPLY_PATCH, RUN_TESTS, DIFF, SUBMIT)}
+
+
+def get_tool(name: str) -> Tool:
+    """A tool by name; a miss lists the valid names."""
+    if name not in TOOLS:
+        raise ToolError("unknown_tool", f"unknown tool {name!r}; valid tools: {', '.join(TOOLS)}")
+    return TOOLS[name]
+
+
+def register_tool(tool: Tool) -> None:
+    """Add (or replace) a tool by its name."""
+    TOOLS[tool.name] = tool
+
+
+def tools_schema(names: list[str] | None = None) -> list[dict]:
+    """OpenAI tools JSON of the named tools (all by default)."""
+    return [get_tool(n).schema() for n in (names or list(TOOLS))]
+
+
+__all__ = ["Tool", "ToolContext", "ToolError", "ToolResult", "TOOLS", "get_tool", "register_tool", "tools_schema"]

@@ -1,0 +1,111 @@
+"""What every tool shares: the call, the result, the context it runs in, argument checking."""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from envs.sandbox.base import Sandbox
+from envs.tasks.schema import Task
+
+
+class ToolError(Exception):
+    """The agent's call was wrong; ``kind`` names how (it becomes ``info["error"]``)."""
+
+    def __init__(self, kind: str, message: str):
+        self.kind, self.message = kind, message
+        super().__init__(message)
+
+
+@dataclass
+class ToolResult:
+    """A tool's output and the structured facts ``info`` reports."""
+
+    output: str
+    exit_code: int | None = None
+    error: str | None = None
+    """Error kind when the call failed (``bad_arguments``, ``path_outside_repo``, ``timeout``, ...)."""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ToolContext:
+    """What a tool may touch: the agent's sandbox, the task's public side, the episode's notes."""
+
+    sandbox: Sandbox
+    task: Task
+    command_timeout: float = 60.0
+    max_timeout: float = 600.0
+    notes: dict[str, Any] = field(default_factory=dict)
+    """Per-episode state tools share (e.g. test results since the last edit)."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool: its schema and the function that runs it."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    run: Callable[[ToolContext, dict[str, Any]], ToolResult]
+    edits: bool = False
+    """Whether a successful call may change the repository."""
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI tools entry."""
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": self.parameters}}
+
+    def check_arguments(self, args: Any) -> dict[str, Any]:
+        """Validate against the schema's required keys, known keys and JSON types."""
+        if not isinstance(args, dict):
+            raise ToolError("bad_arguments", f"{self.name}: arguments must be a JSON object, got {type(args).__name__}")
+        props = self.parameters.get("properties", {})
+        unknown = sorted(set(args) - set(props))
+        if unknown:
+            raise ToolError("bad_arguments", f"{self.name}: unknown argument(s) {unknown}; valid: {sorted(props)}")
+        missing = [k for k in self.parameters.get("required", []) if k not in args]
+        if missing:
+            raise ToolError("bad_arguments", f"{self.name}: missing required argument(s) {missing}")
+        for key, value in args.items():
+            expected = props[key].get("type")
+            if expected and not _is_type(value, expected):
+                raise ToolError("bad_arguments", f"{self.name}: argument {key!r} must be {expected}, "
+                                                  f"got {type(value).__name__} {value!r:.40}")
+        return args
+
+
+def _is_type(value: Any, expected: str) -> bool:
+    if expected == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if expected == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if expected == "array":
+        return isinstance(value, list)
+    return isinstance(value, {"string": str, "boolean": bool, "object": dict}.get(expected, object))
+
+
+def repo_path(path: str) -> str:
+    """A path relative to the repository root, or :class:`ToolError` when it leaves the repository."""
+    if not isinstance(path, str) or not path.strip() or "\0" in path:
+        raise ToolError("bad_arguments", f"expected a non-empty path, got {path!r}")
+    path = path.strip()
+    if path.startswith("/repo/") or path == "/repo":
+        path = path[len("/repo"):].lstrip("/") or "."
+    if path.startswith("/"):
+        raise ToolError("path_outside_repo", f"{path!r} is outside the repository; use paths relative to /repo")
+    norm = posixpath.normpath(path)
+    if norm == ".." or norm.startswith("../"):
+        raise ToolError("path_outside_repo", f"{path!r} is outside the repository; use paths relative to /repo")
+    if norm == ".git" or norm.startswith(".git/"):
+        raise ToolError("path_outside_repo", f"{path!r} is git's own data, not part of the repository")
+    return norm
+
+
+def string_schema(description: str) -> dict[str, str]:
+    return {"type": "string", "description": description}
+
+
+def int_schema(description: str) -> dict[str, str]:
+    return {"type": "integer", "description": description}

@@ -1,0 +1,35 @@
+"""``run_tests``: run the visible tests in the agent's sandbox (the hidden ones are not there)."""
+
+from __future__ import annotations
+
+import shlex
+
+from envs.rewards.evaluate import run_tests
+from envs.tools.base import Tool, ToolContext, ToolError, ToolResult
+
+
+def run_run_tests(ctx: ToolContext, args: dict) -> ToolResult:
+    tests = args.get("tests") or []
+    if not all(isinstance(t, str) and t.strip() and not t.startswith("-") for t in tests):
+        raise ToolError("bad_arguments", "run_tests: tests must be test ids or paths like "
+                                         "'tests/test_x.py::test_name', not options")
+    outcomes, log = run_tests(ctx.sandbox, ctx.task.test_command, tests, timeout=ctx.max_timeout)
+    counts: dict[str, int] = {}
+    for outcome in outcomes.values():
+        counts[outcome] = counts.get(outcome, 0) + 1
+    failed = sorted(t for t, o in outcomes.items() if o != "passed" and o != "skipped")
+    ctx.notes.setdefault("test_runs", []).append({"tests": list(tests), "outcomes": outcomes})
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no tests ran"
+    text = log.rstrip() + f"\n[{summary}]"
+    if failed:
+        text += "\n[not passing: " + ", ".join(failed[:30]) + (" ..." if len(failed) > 30 else "") + "]"
+    return ToolResult(text, exit_code=0 if outcomes and not failed else 1,
+                      data={"counts": counts, "failed": failed[:200]})
+
+
+RUN_TESTS = Tool("run_tests", "Run the repository's tests (all, or the given test ids / files) and report per-test "
+                              "outcomes.",
+                 {"type": "object", "properties": {"tests": {
+                     "type": "array", "items": {"type": "string"},
+                     "description": "Test ids like tests/test_x.py::test_name, or test files; empty for all."}}},
+                 run_run_tests)

@@ -1,0 +1,32 @@
+"""The ``repogym`` command: one module per command group, each thin over the library."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from envs.errors import RepogymError
+from repogym.cli import demo, images, tasks, validate
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="repogym", description="Coding-agent gym over real repositories.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (tasks, validate, demo, images):
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except RepogymError as exc:
+        print(f"repogym: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from repogym.cli import main
+
+sys.exit(main())

@@ -1,0 +1,72 @@
+"""``repogym demo``: run agents over a suite and print a results table (the README's main job)."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("demo", help="run agents (default: oracle and null) over a suite; print a results table")
+    parser.add_argument("--suite", default="builtin", help="suite name or JSONL path (default: builtin)")
+    parser.add_argument("--agents", default="oracle,null", help="comma-separated agent names (default: oracle,null)")
+    parser.add_argument("--sandbox", choices=["docker", "local"], default=None,
+                        help="backend (default: docker when a daemon answers, else local)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N tasks")
+    parser.add_argument("--max-turns", type=int, default=30, help="turn limit per episode (default 30)")
+    parser.add_argument("--out", default="runs/demo", help="folder for trajectories (default: runs/demo)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import gymnasium as gym
+
+    import envs  # noqa: F401  (registers the env id)
+    from agents import make_agent
+    from agents.rollout import run_episode
+    from envs.tasks.suites import load_suite
+
+    tasks = load_suite(args.suite)[: args.limit]
+    names = [n.strip() for n in args.agents.split(",") if n.strip()]
+    agents = {n: make_agent(n, suite=args.suite) if n == "oracle" else make_agent(n) for n in names}
+    env = gym.make("repogym/RepoTask-v0", suite=args.suite, tasks=tasks, sandbox=args.sandbox,
+                   max_turns=args.max_turns)
+    print(f"{len(tasks)} tasks x {len(names)} agents on the {env.unwrapped.backend} sandbox")
+    results = []
+    try:
+        for name, agent in agents.items():
+            out = Path(args.out) / name
+            out.mkdir(parents=True, exist_ok=True)
+            for task in tasks:
+                result = run_episode(env, agent, task_id=task.instance_id, agent_name=name,
+                                     trajectory=out / f"{task.instance_id}.jsonl")
+                results.append((task, result))
+                print(f"  {name:<8} {task.instance_id:<48} {result.status:<13} reward={result.reward:g} "
+                      f"turns={result.turns} {result.duration_s:.1f}s", flush=True)
+    finally:
+        env.close()
+    print()
+    print(results_table(results, names))
+    print(f"\ntrajectories in {args.out}/")
+    return 0
+
+
+def results_table(results, names) -> str:
+    """Markdown table: per agent and difficulty, resolved / tasks, infra errors, mean seconds."""
+    levels = sorted({t.difficulty for t, _ in results})
+    header = "| agent | " + " | ".join(f"difficulty {d}" for d in levels) + " | resolved | infra errors | s/episode |"
+    lines = [header, "|" + "---|" * (len(levels) + 4)]
+    for name in names:
+        mine = [(t, r) for t, r in results if r.agent == name]
+        cells = []
+        for level in levels:
+            at = [r for t, r in mine if t.difficulty == level]
+            cells.append(f"{sum(r.status == 'resolved' for r in at)}/{len(at)}")
+        resolved = sum(r.status == "resolved" for _, r in mine)
+        infra = sum(r.infra_error for _, r in mine)
+        valid = len(mine) - infra
+        rate = f"{resolved}/{len(mine)} ({100 * resolved / valid:.0f}%)" if valid else "n/a"
+        mean = sum(r.duration_s for _, r in mine) / len(mine) if mine else math.nan
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {rate} | {infra} | {mean:.2f} |")
+    return "\n".join(lines)

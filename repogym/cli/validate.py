@@ -1,0 +1,57 @@
+"""``repogym validate``: prove that each task's gold patch resolves it and the empty patch does not."""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("validate", help="validate tasks in real sandboxes (gold resolves, empty does not, no flaky tests)")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--suite", default=None, help="suite name or JSONL path (default: builtin)")
+    group.add_argument("--tasks", default=None, help="a JSONL task file")
+    parser.add_argument("--sandbox", choices=["docker", "local"], default=None,
+                        help="backend (default: docker when a daemon answers, else local)")
+    parser.add_argument("--task", action="append", default=[], help="only this task id (repeatable)")
+    parser.add_argument("--workers", type=int, default=2, help="tasks validated at once (default 2)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from envs.errors import ConfigError
+    from envs.rewards.validate import validate_tasks
+    from envs.sandbox import default_backend, sandbox_factory
+    from envs.tasks.schema import load_tasks
+    from envs.tasks.suites import load_suite
+
+    tasks = load_tasks(args.tasks) if args.tasks else load_suite(args.suite or "builtin")
+    if args.task:
+        unknown = set(args.task) - {t.instance_id for t in tasks}
+        if unknown:
+            raise ConfigError(f"no such task(s): {sorted(unknown)}")
+        tasks = [t for t in tasks if t.instance_id in args.task]
+    backend = args.sandbox or default_backend()
+    lock = threading.Lock()
+    factories = {}
+
+    def factory_for(task):
+        with lock:
+            if task.env_key not in factories:
+                factories[task.env_key] = sandbox_factory(backend, task.setup)
+            return factories[task.env_key]
+
+    def show(v):
+        with lock:
+            mark = "ok  " if v.ok else ("INFRA" if v.infra_errors else "FAIL")
+            print(f"{mark} {v.instance_id} ({v.duration_s:.1f}s)", flush=True)
+            for line in v.problems + [f"flaky: {t}" for t in v.flaky] + v.infra_errors:
+                print(f"     {line}", flush=True)
+
+    print(f"validating {len(tasks)} task(s) on the {backend} sandbox")
+    verdicts = validate_tasks(tasks, factory_for, workers=args.workers, on_result=show)
+    bad = [v for v in verdicts if not v.ok]
+    flaky = sum(len(v.flaky) for v in verdicts)
+    print(f"{len(verdicts) - len(bad)}/{len(verdicts)} tasks valid; {flaky} flaky test(s); "
+          f"{sum(bool(v.infra_errors) for v in verdicts)} with infrastructure errors")
+    return 1 if bad else 0

@@ -1,0 +1,120 @@
+"""Shared fixtures: a tiny real task (a git repo made here), both sandbox backends, Docker gating."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from envs.sandbox import backend_unavailable
+from envs.tasks.schema import Task
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def require_backend(name: str) -> None:
+    """Skip when ``name`` cannot run here, but fail in CI: Docker tests must run there."""
+    why = backend_unavailable(name)
+    if why is None:
+        return
+    if IN_CI:
+        pytest.fail(f"CI=true but the {name} sandbox is unavailable: {why}")
+    pytest.skip(f"{name} sandbox unavailable: {why}")
+
+
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def backend(request) -> str:
+    """Each sandbox backend in turn (docker ones are marked ``docker``)."""
+    require_backend(request.param)
+    if request.param == "docker":
+        from envs.sandbox.images import base_image_exists
+        if not base_image_exists():
+            if IN_CI:
+                pytest.fail("CI=true but the base image is missing: .ci/run must run `repogym images build`")
+            pytest.skip("base image missing: run `repogym images build`")
+    return request.param
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
+
+
+CORRECT = '''\
+def add(a, b):
+    """Sum of a and b."""
+    return a + b
+
+
+def clamp(x, low, high):
+    """x limited to [low, high]."""
+    return max(low, min(x, high))
+'''
+
+VISIBLE_TESTS = '''\
+from calc.ops import add, clamp
+
+
+def test_add_zero():
+    assert add(0, 0) == 0
+
+
+def test_clamp_inside():
+    assert clamp(5, 0, 10) == 5
+'''
+
+HIDDEN_TESTS = '''\
+from calc.ops import clamp
+
+
+def test_clamp_above():
+    assert clamp(15, 0, 10) == 10
+
+
+def test_clamp_below():
+    assert clamp(-3, 0, 10) == 0
+'''
+
+
+@pytest.fixture(scope="session")
+def tiny_task(tmp_path_factory) -> Task:
+    """A real two-commit repository: ``clamp`` is broken at the base; hidden tests catch it."""
+    repo = tmp_path_factory.mktemp("tiny") / "repo"
+    (repo / "calc").mkdir(parents=True)
+    (repo / "tests").mkdir()
+    (repo / "calc" / "__init__.py").write_text("")
+    (repo / "calc" / "ops.py").write_text(CORRECT)
+    (repo / "tests" / "test_ops.py").write_text(VISIBLE_TESTS)
+    (repo / "pyproject.toml").write_text('[project]\nname = "calc"\nversion = "0"\n\n[tool.pytest.ini_options]\n'
+                                         'testpaths = ["tests"]\n')
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "calc")
+    (repo / "calc" / "ops.py").write_text(CORRECT.replace("min(x, high)", "min(x, high - 1)"))
+    _git(repo, "commit", "-qam", "refactor clamp")
+    base = _git(repo, "rev-parse", "HEAD").strip()
+    gold = _git(repo, "diff", "HEAD", "HEAD~1")
+    # The hidden tests as a patch against the base.
+    (repo / "tests" / "test_hidden.py").write_text(HIDDEN_TESTS)
+    _git(repo, "add", "-N", "tests/test_hidden.py")
+    test_patch = _git(repo, "diff")
+    _git(repo, "rm", "-q", "--cached", "tests/test_hidden.py")
+    (repo / "tests" / "test_hidden.py").unlink()
+    return Task(instance_id="tiny__calc-1", repo="tests/calc", base_commit=base,
+                problem_statement="clamp(15, 0, 10) returns 0; it should return 10.", patch=gold,
+                test_patch=test_patch,
+                FAIL_TO_PASS=["tests/test_hidden.py::test_clamp_above"],
+                PASS_TO_PASS=["tests/test_hidden.py::test_clamp_below", "tests/test_ops.py::test_add_zero",
+                              "tests/test_ops.py::test_clamp_inside"],
+                difficulty=1, setup={"source": f"path:{repo}"})
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory):
+    """Tests build bundled repositories in their own cache, never the user's."""
+    os.environ.setdefault("REPOGYM_CACHE", str(tmp_path_factory.mktemp("cache")))
+    yield

@@ -1,0 +1,136 @@
+"""Both sandbox backends: commands, timeouts, limits, confinement, reset, diff, what the agent cannot see."""
+
+import io
+import tarfile
+import time
+
+import pytest
+
+from envs.errors import SandboxError
+from envs.sandbox import SandboxConfig, SandboxRequestError, make_sandbox
+from envs.tasks.repos import RepoSnapshot, snapshot
+
+
+def running(box, pattern: str) -> int:
+    """How many processes in the sandbox have a command line matching ``pattern`` (a regex)."""
+    script = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f 2>/dev/null; echo; done"
+    lines = box.run(script).stdout.splitlines()
+    import re
+    return sum(bool(re.search(pattern, line)) for line in lines if "/proc/" not in line)
+
+
+def tar_of(files: dict[str, bytes]) -> RepoSnapshot:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return RepoSnapshot(key="test", tar=buf.getvalue())
+
+
+@pytest.fixture
+def sandbox(backend):
+    box = make_sandbox(backend, SandboxConfig(run_id="pytest"))
+    box.load(tar_of({"a.py": b"x = 1\n", "pkg/b.txt": b"hello\n"}))
+    yield box
+    box.close()
+
+
+def test_run_returns_output_exit_code_and_duration(sandbox):
+    result = sandbox.run("cat pkg/b.txt; echo oops >&2; exit 3")
+    assert result.stdout == "hello\n" and result.stderr == "oops\n"
+    assert result.exit_code == 3 and not result.timed_out and result.duration_s > 0
+    assert sandbox.run("pwd").stdout.strip() == "/repo"
+    assert sandbox.run("pwd", cwd="pkg").stdout.strip() == "/repo/pkg"
+
+
+def test_timeout_kills_the_whole_process_group(sandbox):
+    start = time.monotonic()
+    result = sandbox.run("(sleep 30; touch /repo/late) & sleep 30", timeout=1)
+    assert result.timed_out and result.exit_code == -9
+    assert time.monotonic() - start < 10
+    time.sleep(0.2)
+    assert running(sandbox, r"sleep 30\b") == 0
+    assert sandbox.run("test -e late").exit_code == 1
+
+
+def test_background_children_do_not_hang_the_command(sandbox):
+    start = time.monotonic()
+    result = sandbox.run("sleep 20 & echo started", timeout=30)
+    assert result.stdout == "started\n" and time.monotonic() - start < 5
+
+
+def test_output_limit_and_binary_output(sandbox):
+    big = sandbox.run("yes | head -c 1000000", output_limit=1000)
+    assert big.truncated and len(big.stdout) == 1000
+    binary = sandbox.run("head -c 5000 /dev/zero")
+    assert binary.stdout.startswith("[binary output: 5000 bytes")
+
+
+def test_files_are_confined_to_the_repository(sandbox):
+    sandbox.write_file("new/dir/c.py", b"y = 2\n")
+    assert sandbox.read_file("new/dir/c.py") == b"y = 2\n"
+    for bad in ("../etc/passwd", "/etc/passwd"):
+        with pytest.raises(SandboxRequestError, match="outside"):
+            sandbox.read_file(bad)
+        with pytest.raises(SandboxRequestError, match="outside"):
+            sandbox.write_file(bad, b"x")
+    sandbox.run("ln -s /etc/passwd link")
+    with pytest.raises(SandboxRequestError, match="outside"):
+        sandbox.read_file("link")
+    with pytest.raises(FileNotFoundError):
+        sandbox.read_file("missing.py")
+
+
+def test_reset_restores_the_base_and_kills_strays(sandbox):
+    sandbox.run("nohup setsid sleep 300 >/dev/null 2>&1 & sleep 0.5")
+    assert running(sandbox, r"sleep 300") == 1
+    sandbox.run("echo changed > a.py; echo new > new.py; rm pkg/b.txt; echo t > /tmp/scratch; "
+                "git commit -qam 'agent commit' --allow-empty; (sleep 300 &)")
+    assert sandbox.diff()
+    sandbox.reset()
+    assert sandbox.read_file("a.py") == b"x = 1\n" and sandbox.read_file("pkg/b.txt") == b"hello\n"
+    with pytest.raises(FileNotFoundError):
+        sandbox.read_file("new.py")
+    assert sandbox.run("ls /tmp").stdout == ""
+    assert sandbox.diff() == ""
+    assert running(sandbox, r"sleep 300") == 0
+    assert sandbox.dirty_reason is None
+
+
+def test_diff_includes_new_files(sandbox):
+    sandbox.write_file("a.py", b"x = 2\n")
+    sandbox.write_file("fresh.py", b"z = 3\n")
+    diff = sandbox.diff()
+    assert "+x = 2" in diff and "new file mode" in diff and "fresh.py" in diff
+
+
+def test_no_network(sandbox):
+    result = sandbox.run("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=3)\"")
+    assert result.exit_code != 0
+
+
+def test_agent_sees_one_commit_and_no_hidden_tests(backend, tiny_task):
+    box = make_sandbox(backend, SandboxConfig(run_id="pytest",
+                                              hidden_paths=(tiny_task.setup["source"][5:],)))
+    try:
+        box.load(snapshot(tiny_task))
+        assert box.run("git log --oneline | wc -l").stdout.strip() == "1"
+        assert box.run("git rev-list --all | wc -l").stdout.strip() == "1"
+        assert box.run("ls tests").stdout.split() == ["test_ops.py"]
+        found = box.run("find / -path /proc -prune -o -path /sys -prune -o -path /usr -prune -o "
+                        "-name test_hidden.py -print 2>/dev/null", timeout=120)
+        assert found.stdout == ""
+        assert box.run("grep -rl test_clamp_above /tmp /home /repo /opt 2>/dev/null").stdout == ""
+        assert box.run(f"ls {tiny_task.setup['source'][5:]}/.git 2>&1").exit_code != 0
+    finally:
+        box.close()
+
+
+def test_a_dead_runner_is_an_infra_error(sandbox):
+    with pytest.raises(SandboxError, match="exited"):
+        sandbox.run("kill -9 $PPID")
+    with pytest.raises(SandboxError):
+        sandbox.run("true")
+    assert sandbox.dirty_reason

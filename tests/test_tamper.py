@@ -1,0 +1,41 @@
+"""The tamper filter drops test files and pytest configuration from graded patches."""
+
+import pytest
+
+from envs.rewards.tamper import config_files_touched, filter_patch, is_test_path, pytest_section, split_patch
+
+
+def file_patch(path):
+    return (f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-a\n+b\n")
+
+
+@pytest.mark.parametrize("path, is_test", [
+    ("tests/test_x.py", True), ("pkg/tests/helpers.py", True), ("test_a.py", True), ("pkg/a_test.py", True),
+    ("conftest.py", True), ("sub/conftest.py", True), ("pytest.ini", True), ("tox.ini", True),
+    ("pkg/core.py", False), ("pkg/testing_utils.py", False), ("setup.cfg", False), ("contest.py", False),
+])
+def test_is_test_path(path, is_test):
+    assert is_test_path(path) is is_test
+
+
+def test_filter_keeps_source_and_drops_tests():
+    patch = file_patch("pkg/core.py") + file_patch("tests/test_core.py") + file_patch("conftest.py")
+    kept, dropped = filter_patch(patch)
+    assert [p.new_path for p in split_patch(kept)] == ["pkg/core.py"]
+    assert dropped == ["tests/test_core.py", "conftest.py"]
+
+
+def test_renaming_a_test_file_out_of_tests_is_dropped():
+    patch = "diff --git a/tests/test_a.py b/pkg/a.py\nsimilarity index 100%\nrename from tests/test_a.py\nrename to pkg/a.py\n"
+    kept, dropped = filter_patch(patch)
+    assert kept == "" and "tests/test_a.py" in dropped
+
+
+def test_pytest_section_detection():
+    assert config_files_touched(file_patch("setup.cfg") + file_patch("pkg/x.py")) == ["setup.cfg"]
+    before = "[metadata]\nname = x\n[tool:pytest]\naddopts = -q\n"
+    assert pytest_section("setup.cfg", before) == pytest_section("setup.cfg", before.replace("name = x", "name = y"))
+    assert pytest_section("setup.cfg", before) != pytest_section("setup.cfg", before + "python_files = *.py\n")
+    toml = '[project]\nname = "x"\n[tool.pytest.ini_options]\naddopts = "-q"\n'
+    assert pytest_section("pyproject.toml", toml) != pytest_section("pyproject.toml", toml.replace("-q", "-p no:x"))
+    assert pytest_section("pyproject.toml", toml) == pytest_section("pyproject.toml", toml.replace('"x"', '"y"'))

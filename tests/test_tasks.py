@@ -1,0 +1,88 @@
+"""Task records: SWE-bench compatibility, defaults, round trips, and errors naming line and field."""
+
+import json
+
+import pytest
+
+from envs.errors import ConfigError, TaskFileError
+from envs.tasks import load_tasks, save_tasks
+from envs.tasks.schema import DEFAULT_TEST_COMMAND, Task
+from envs.tasks.suites import find_task, suite_path
+
+SWEBENCH = {
+    "repo": "astropy/astropy", "instance_id": "astropy__astropy-12907", "base_commit": "d16bfe05a7",
+    "patch": "diff --git a/x b/x\n", "test_patch": "diff --git a/t b/t\n", "problem_statement": "Bug",
+    "hints_text": "", "created_at": "2022-03-03T15:14:54Z", "version": "4.3",
+    "FAIL_TO_PASS": "[\"astropy/tests/test_a.py::test_one\"]", "PASS_TO_PASS": "[]",
+    "environment_setup_commit": "298ccb478e", "some_future_field": {"kept": True},
+}
+
+
+def write_jsonl(path, records):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records))
+    return path
+
+
+def test_swebench_record_loads_unchanged_and_round_trips(tmp_path):
+    path = write_jsonl(tmp_path / "swe.jsonl", [SWEBENCH])
+    [task] = load_tasks(path)
+    assert task.FAIL_TO_PASS == ["astropy/tests/test_a.py::test_one"]
+    assert task.PASS_TO_PASS == []
+    assert task.difficulty == 3 and task.setup == {} and task.test_command == DEFAULT_TEST_COMMAND
+    assert task.extra == {"some_future_field": {"kept": True}}
+    save_tasks([task], tmp_path / "out.jsonl")
+    [again] = load_tasks(tmp_path / "out.jsonl")
+    assert again == task
+    assert json.loads((tmp_path / "out.jsonl").read_text())["some_future_field"] == {"kept": True}
+
+
+@pytest.mark.parametrize("change, field, words", [
+    ({"difficulty": "hard"}, "difficulty", "integer 1..5"),
+    ({"difficulty": 9}, "difficulty", "integer 1..5"),
+    ({"FAIL_TO_PASS": "not json"}, "FAIL_TO_PASS", "list of test ids"),
+    ({"PASS_TO_PASS": [1, 2]}, "PASS_TO_PASS", "list of strings"),
+    ({"setup": "pip"}, "setup", "object"),
+    ({"base_commit": ""}, "base_commit", "non-empty"),
+])
+def test_bad_field_names_line_and_field(tmp_path, change, field, words):
+    path = write_jsonl(tmp_path / "bad.jsonl", [SWEBENCH, {**SWEBENCH, "instance_id": "b", **change}])
+    with pytest.raises(TaskFileError) as err:
+        load_tasks(path)
+    assert err.value.line == 2 and err.value.field == field
+    assert words in str(err.value) and "bad.jsonl:2" in str(err.value)
+
+
+def test_missing_field_and_bad_json_and_duplicates(tmp_path):
+    record = dict(SWEBENCH)
+    del record["problem_statement"]
+    with pytest.raises(TaskFileError, match="problem_statement.*missing"):
+        load_tasks(write_jsonl(tmp_path / "a.jsonl", [record]))
+    with pytest.raises(TaskFileError, match=r"b.jsonl:2: invalid JSON"):
+        load_tasks(write_jsonl(tmp_path / "b.jsonl", [SWEBENCH, "{oops"]))
+    with pytest.raises(TaskFileError, match="duplicate id"):
+        load_tasks(write_jsonl(tmp_path / "c.jsonl", [SWEBENCH, SWEBENCH]))
+
+
+def test_public_view_hides_gold_and_hidden_tests():
+    task = Task.from_dict(SWEBENCH)
+    view = task.public_view()
+    assert "patch" not in view and "test_patch" not in view and "FAIL_TO_PASS" not in view
+
+
+def test_unknown_suite_lists_valid_names():
+    with pytest.raises(ConfigError, match="builtin"):
+        suite_path("no-such-suite")
+
+
+def test_builtin_suite_shape():
+    from envs.tasks.suites import load_suite
+    tasks = load_suite("builtin")
+    assert len(tasks) >= 30
+    assert {t.difficulty for t in tasks} >= {1, 2, 3}
+    assert len({t.repo for t in tasks}) >= 3
+    for task in tasks:
+        assert task.patch.startswith("diff --git") and task.test_patch.startswith("diff --git")
+        assert task.FAIL_TO_PASS and task.PASS_TO_PASS
+        assert not set(task.FAIL_TO_PASS) & set(task.PASS_TO_PASS)
+    with pytest.raises(ConfigError, match="no task"):
+        find_task("nope")
