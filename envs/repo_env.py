@@ -227,7 +227,8 @@ class RepoTaskEnv(gym.Env):
         info["duration_s"] = round(time.monotonic() - start, 4)
         obs = truncate(obs, self.config.observation_limit)
         self._last_obs = obs
-        return obs, float(reward), terminated, truncated, info
+        # Absent rather than None: vector envs stack info values by type, and None breaks that.
+        return obs, float(reward), terminated, truncated, {k: v for k, v in info.items() if v is not None}
 
     def _finish(self, why: str) -> tuple[str, float, EvalRecord]:
         patch = self._sandbox.diff()

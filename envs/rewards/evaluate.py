@@ -54,7 +54,11 @@ class EvalRecord:
         return self.fail_to_pass.get("passed", 0) / total if total else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "resolved": self.resolved}
+        """A JSON-ready dict; ``error`` is absent when there was none."""
+        record = {**asdict(self), "resolved": self.resolved}
+        if record["error"] is None:
+            del record["error"]
+        return record
 
 
 def test_files(test_ids: list[str]) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 from envs.sandbox.base import SandboxRequestError
+from envs.sandbox.inside.runner import looks_binary
 from envs.tools.base import Tool, ToolContext, ToolError, ToolResult, int_schema, repo_path, string_schema
 
 MAX_FILE_BYTES = 2 << 20
@@ -20,7 +21,7 @@ def _read_text(ctx: ToolContext, path: str) -> str:
         raise ToolError("not_found", f"{path}: no such file") from None
     except SandboxRequestError as exc:
         raise ToolError("path_outside_repo" if "outside" in str(exc) else "bad_arguments", str(exc)) from None
-    if b"\0" in data[:8192]:
+    if looks_binary(data):
         raise ToolError("binary_file", f"{path} is a binary file ({len(data)} bytes); it cannot be shown as text")
     return data.decode("utf-8", errors="replace")
 

@@ -35,8 +35,16 @@ def _inside(path):
     return full
 
 
+def looks_binary(data):
+    """NUL bytes, or more than 5% of the first 8 KiB not decodable as UTF-8."""
+    sample = data[:8192]
+    if b"\0" in sample:
+        return True
+    return sample.decode("utf-8", errors="replace").count("\ufffd") > len(sample) // 20 + 1
+
+
 def _decode(data, total, limit):
-    if b"\0" in data[:8192]:
+    if looks_binary(data):
         return f"[binary output: {total} bytes, not shown]", total > 0
     text = data.decode("utf-8", errors="replace")
     return text, total > limit

@@ -1,0 +1,207 @@
+"""The Gymnasium environment end to end on the tiny task, on each backend."""
+
+import json
+import math
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import envs  # noqa: F401
+from envs.errors import ConfigError
+from envs.repo_env import EnvConfig, RepoTaskEnv, truncate
+
+
+def call(name, **arguments):
+    return json.dumps({"name": name, "arguments": arguments})
+
+
+@pytest.fixture
+def env(backend, tiny_task):
+    environment = RepoTaskEnv(task=tiny_task, sandbox=backend, max_turns=20)
+    yield environment
+    environment.close()
+
+
+def test_check_env_passes_on_the_registered_id(backend, tiny_task):
+    environment = gym.make("repogym/RepoTask-v0", task=tiny_task, sandbox=backend, max_turns=5)
+    try:
+        check_env(environment.unwrapped, skip_render_check=True)
+    finally:
+        environment.close()
+
+
+def test_reset_gives_problem_statement_tools_and_task_id(env, tiny_task):
+    obs, info = env.reset(seed=1)
+    assert tiny_task.problem_statement in obs and "submit" in obs
+    assert info["task_id"] == tiny_task.instance_id
+    names = [t["function"]["name"] for t in info["tools"]]
+    assert names == ["bash", "view", "search", "edit", "create", "apply_patch", "run_tests", "diff", "submit"]
+    assert info["tools"] == env.tools_schema()
+    assert env.observation_space.contains(obs)
+
+
+def test_gold_patch_through_tools_earns_one(env, tiny_task):
+    env.reset()
+    obs, reward, term, trunc, info = env.step(call("apply_patch", patch=tiny_task.patch))
+    assert "applied" in obs and "error" not in info and reward == 0.0
+    obs, reward, term, trunc, info = env.step(call("submit"))
+    assert (reward, term, trunc) == (1.0, True, False)
+    assert info["eval"]["status"] == "resolved"
+    assert info["eval"]["tests"]["tests/test_hidden.py::test_clamp_above"] == "passed"
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(call("diff"))
+
+
+def test_empty_submission_earns_zero(env):
+    env.reset()
+    obs, reward, term, trunc, info = env.step("<tool_call>" + call("submit") + "</tool_call>")
+    assert (reward, term) == (0.0, True)
+    assert info["eval"]["status"] == "unresolved"
+    assert info["eval"]["fail_to_pass"] == {"passed": 0, "total": 1}
+    assert info["eval"]["pass_to_pass"] == {"passed": 3, "total": 3}
+
+
+def test_every_tool_with_good_input(env):
+    env.reset()
+    obs, *_, info = env.step(call("bash", command="echo hi && ls calc"))
+    assert "hi" in obs and "ops.py" in obs and info["exit_code"] == 0 and info["tool"] == "bash"
+    assert info["duration_s"] >= 0 and info["turn"] == 1
+    obs, *_ = env.step(call("view", path="calc/ops.py", start_line=1, end_line=3))
+    assert "1\tdef add(a, b):" in obs and "[lines 1-3 of" in obs
+    obs, *_ = env.step(call("view", path="calc"))
+    assert "ops.py" in obs
+    obs, *_, info = env.step(call("search", pattern="def (add|clamp)"))
+    assert "calc/ops.py:1:def add" in obs and info["matches"] == 2
+    obs, *_ = env.step(call("edit", path="calc/ops.py", old="high - 1", new="high"))
+    assert "edited calc/ops.py" in obs
+    obs, *_ = env.step(call("create", path="calc/extra.py", content="X = 1\n"))
+    assert "created calc/extra.py" in obs
+    obs, *_, info = env.step(call("run_tests"))
+    assert "[2 passed]" in obs and info["exit_code"] == 0
+    obs, *_, info = env.step(call("run_tests", tests=["tests/test_ops.py::test_add_zero"]))
+    assert "[1 passed]" in obs
+    obs, *_ = env.step(call("diff"))
+    assert "+    return max(low, min(x, high))" in obs and "calc/extra.py" in obs
+    obs, reward, term, *_ = env.step(call("submit"))
+    assert reward == 1.0 and term
+
+
+@pytest.mark.parametrize("action, kind", [
+    ("not json", "parse_error"),
+    (call("rm_rf"), "unknown_tool"),
+    (call("bash"), "bad_arguments"),
+    (call("bash", command="ls", colour=True), "bad_arguments"),
+    (call("bash", command=5), "bad_arguments"),
+    (call("bash", command="ls", timeout=10_000), "bad_arguments"),
+    (call("view", path="../../etc/passwd"), "path_outside_repo"),
+    (call("view", path="/etc/passwd"), "path_outside_repo"),
+    (call("view", path=".git/config"), "path_outside_repo"),
+    (call("view", path="nope.py"), "not_found"),
+    (call("view", path="calc/ops.py", start_line=99), "bad_arguments"),
+    (call("edit", path="calc/ops.py", old="no such text", new="x"), "no_match"),
+    (call("edit", path="calc/ops.py", old="return", new="x"), "ambiguous_match"),
+    (call("create", path="../outside.py", content="x"), "path_outside_repo"),
+    (call("apply_patch", patch="this is not a diff"), "patch_failed"),
+    (call("apply_patch", patch="--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -1,1 +1,1 @@\n-nothing like this\n+x\n"),
+     "patch_failed"),
+    (call("search", pattern="(unclosed"), "bad_arguments"),
+    (call("run_tests", tests=["--co"]), "bad_arguments"),
+])
+def test_bad_input_is_an_error_observation_and_costs_a_turn(env, action, kind):
+    env.reset()
+    obs, reward, term, trunc, info = env.step(action)
+    assert info["error"] == kind and obs.startswith(f"error ({kind})") and "exit_code" not in info
+    assert (reward, term, trunc) == (0.0, False, False) and info["turn"] == 1
+    obs, *_ = env.step(call("bash", command="git status --short"))
+    assert obs.startswith("[no output")  # nothing was changed, the env still works
+
+
+def test_timeouts_and_huge_and_binary_output(env):
+    env.reset()
+    obs, *_, info = env.step(call("bash", command="sleep 30", timeout=1))
+    assert "timed out after 1s" in obs and info["error"] == "timeout"
+    obs, *_ = env.step(call("bash", command="yes x | head -c 3000000"))
+    assert "characters truncated" in obs and len(obs) < 20_000
+    obs, *_ = env.step(call("bash", command="head -c 100 /dev/zero"))
+    assert "binary output" in obs
+    env.step(call("bash", command="head -c 100 /dev/urandom > blob.bin"))
+    obs, *_, info = env.step(call("view", path="blob.bin"))
+    assert info["error"] == "binary_file"
+
+
+def test_turn_limit_truncates_and_grades(backend, tiny_task):
+    environment = RepoTaskEnv(task=tiny_task, sandbox=backend, max_turns=2)
+    try:
+        environment.reset()
+        environment.step(call("edit", path="calc/ops.py", old="high - 1", new="high"))
+        obs, reward, term, trunc, info = environment.step(call("diff"))
+        assert (term, trunc, reward) == (False, True, 1.0) and "turn limit" in obs
+        assert info["eval"]["status"] == "resolved"
+    finally:
+        environment.close()
+
+
+def test_reset_restores_the_repository(env):
+    env.reset()
+    env.step(call("bash", command="rm -rf calc && echo junk > junk.txt"))
+    obs, info = env.reset()
+    obs, *_ = env.step(call("bash", command="ls; git status --short"))
+    assert "calc" in obs and "junk" not in obs
+
+
+def test_tampering_with_tests_earns_nothing(env):
+    env.reset()
+    # Make every test "pass" by hooking pytest, and rewrite the visible test: both are dropped.
+    env.step(call("create", path="conftest.py", content=(
+        "import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+        "    outcome = yield\n    report = outcome.get_result()\n    report.outcome = 'passed'\n")))
+    env.step(call("create", path="tests/test_hidden.py", content="def test_clamp_above():\n    pass\n"))
+    env.step(call("bash", command="printf '[pytest]\\naddopts = -p no:repogym_report\\n' > pytest.ini"))
+    obs, reward, term, trunc, info = env.step(call("submit"))
+    assert reward == 0.0 and info["eval"]["status"] == "unresolved"
+    assert set(info["eval"]["dropped"]) == {"conftest.py", "tests/test_hidden.py", "pytest.ini"}
+
+
+def test_tampering_with_pyproject_pytest_section_is_reverted(env, tiny_task):
+    env.reset()
+    env.step(call("bash", command="sed -i 's/testpaths = \\[\"tests\"\\]/addopts = \"-p no:repogym_report\"/' "
+                                  "pyproject.toml && cat pyproject.toml"))
+    env.step(call("apply_patch", patch=tiny_task.patch))
+    obs, reward, term, trunc, info = env.step(call("submit"))
+    assert reward == 1.0 and "pyproject.toml [pytest section]" in info["eval"]["dropped"]
+
+
+def test_a_dead_sandbox_is_an_infra_error_not_a_zero(env):
+    env.reset()
+    obs, reward, term, trunc, info = env.step(call("bash", command="kill -9 $PPID"))
+    assert trunc and math.isnan(reward)
+    assert info["infra_error"]["where"].startswith("sandbox.") and info["eval"]["status"] == "infra_error"
+    obs, info = env.reset()  # a fresh sandbox replaces the dead one
+    obs, *_ = env.step(call("bash", command="echo back"))
+    assert obs.strip() == "back"
+
+
+def test_make_vec_runs_two_envs(backend, tiny_task):
+    vec = gym.make_vec("repogym/RepoTask-v0", num_envs=2, vectorization_mode="sync", task=tiny_task,
+                       sandbox=backend, max_turns=3)
+    try:
+        obs, info = vec.reset(seed=0)
+        assert len(obs) == 2 and all("clamp" in o for o in obs)
+        obs, rewards, terms, truncs, infos = vec.step([call("bash", command="echo one"), call("submit")])
+        assert obs[0].strip() == "one" and terms[1] and rewards[1] == 0.0
+    finally:
+        vec.close()
+
+
+def test_config_errors_are_clear(tiny_task):
+    with pytest.raises(ConfigError, match="max_turns"):
+        EnvConfig(max_turns=0)
+    with pytest.raises(ConfigError, match="sandbox"):
+        RepoTaskEnv(task=tiny_task, sandbox="vm")
+
+
+def test_truncate_marks_what_was_cut():
+    text = "a" * 100 + "b" * 100
+    cut = truncate(text, 60)
+    assert cut.startswith("a" * 40) and cut.endswith("b" * 20) and "140 characters truncated" in cut

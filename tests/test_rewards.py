@@ -1,0 +1,74 @@
+"""Grading: statuses, per-test results, retries, and infrastructure errors that never become a plain 0."""
+
+import math
+
+import pytest
+
+from envs.errors import SandboxError
+from envs.rewards import INFRA_ERROR, PATCH_FAILED, RESOLVED, UNRESOLVED, grade, reward_of
+from envs.rewards.validate import validate_task
+from envs.sandbox import SandboxConfig, sandbox_factory
+
+
+@pytest.fixture
+def factory(backend):
+    return sandbox_factory(backend, {}, SandboxConfig(run_id="pytest"))
+
+
+def test_gold_resolves_and_empty_does_not(factory, tiny_task):
+    gold = grade(tiny_task, tiny_task.patch, factory)
+    assert gold.status == RESOLVED and reward_of(gold) == 1.0
+    assert set(gold.tests.values()) == {"passed"}
+    empty = grade(tiny_task, "", factory)
+    assert empty.status == UNRESOLVED and reward_of(empty) == 0.0
+    assert empty.tests["tests/test_hidden.py::test_clamp_above"] == "failed"
+
+
+def test_a_patch_that_does_not_apply_is_patch_failed(factory, tiny_task):
+    broken = tiny_task.patch.replace("high - 1", "something else entirely")
+    record = grade(tiny_task, broken, factory)
+    assert record.status == PATCH_FAILED and reward_of(record) == 0.0
+    assert record.error["where"] == "rewards.apply_patch"
+
+
+def test_a_test_missing_from_the_report_fails_closed(factory, tiny_task):
+    # A patch that makes pytest exit before writing any report: nothing counts as passed.
+    patch = tiny_task.patch + (
+        "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n+++ b/calc/__init__.py\n"
+        "@@ -0,0 +1,2 @@\n+import os\n+os._exit(0)\n")
+    record = grade(tiny_task, patch, factory)
+    assert record.status == UNRESOLVED
+    assert set(record.tests.values()) == {"missing"}
+
+
+def test_infra_errors_are_retried_once_then_reported_not_zeroed(tiny_task, backend):
+    real = sandbox_factory(backend, {}, SandboxConfig(run_id="pytest"))
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise SandboxError("sandbox.test", "daemon hiccup")
+        return real()
+
+    record = grade(tiny_task, tiny_task.patch, flaky)
+    assert record.status == RESOLVED and record.attempts == 2
+
+    def dead():
+        raise SandboxError("sandbox.test", "daemon gone")
+
+    record = grade(tiny_task, tiny_task.patch, dead)
+    assert record.status == INFRA_ERROR and record.attempts == 2
+    assert record.error == {"where": "sandbox.test", "message": "daemon gone"}
+    assert math.isnan(reward_of(record))
+
+
+def test_validate_task_accepts_a_good_task_and_flags_a_wrong_one(factory, tiny_task):
+    assert validate_task(tiny_task, factory).ok
+    from dataclasses import replace
+    wrong = replace(tiny_task, FAIL_TO_PASS=["tests/test_ops.py::test_add_zero"],
+                    PASS_TO_PASS=["tests/test_hidden.py::test_clamp_above"])
+    verdict = validate_task(wrong, factory)
+    assert not verdict.ok
+    assert any("FAIL_TO_PASS passes without the fix" in p for p in verdict.problems)
+    assert any("PASS_TO_PASS fails at the base" in p for p in verdict.problems)
