@@ -122,6 +122,11 @@ def env_image_tag(setup: dict[str, Any], base_id: str) -> str:
     return f"{ENV_REPO}:{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
+def docker_image_tag_for(setup: dict[str, Any]) -> str:
+    """The environment image tag ``setup`` maps to, given the current base image."""
+    return env_image_tag(setup, _client().images.get(BASE_IMAGE).id)
+
+
 def ensure_env_image(setup: dict[str, Any] | None = None, *, log: Callable[[str], Any] = lambda m: None) -> str:
     """The environment image for ``setup``, built on first use."""
     import docker

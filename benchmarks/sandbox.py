@@ -1,0 +1,107 @@
+"""Sandbox speed, measured side by side in one run (these machines are noisy; compare ratios).
+
+1. Reset latency: our env's warm ``reset`` (git reset + clean in a resident container) versus a fresh
+   container per episode, as SWE-bench-style harnesses do (``docker run`` + copy the repo in + commit).
+2. Tool-step overhead: ``env.step`` of a ``bash`` call versus a raw ``docker exec`` of the same command
+   in the same container.
+
+Targets (issue 2): warm reset p50 at least 5x faster than a fresh container; step overhead under 1.3x.
+Run: ``python benchmarks/sandbox.py [--episodes 20] [--steps 30] [--task ID]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import statistics
+import sys
+import tarfile
+import time
+
+import envs  # noqa: F401
+from envs.repo_env import RepoTaskEnv
+from envs.sandbox.docker import docker_client
+from envs.sandbox.images import ensure_env_image
+from envs.tasks.repos import snapshot
+from envs.tasks.suites import find_task, load_suite
+
+
+def pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def fresh_container_episode(client, image, snap) -> float:
+    """Time until a brand-new container holds the repo at its base commit, ready for a command."""
+    start = time.perf_counter()
+    container = client.containers.run(image, ["sleep", "infinity"], detach=True, network_mode="none",
+                                      labels={"repogym": "1", "repogym.run": "bench"}, user="agent")
+    try:
+        container.put_archive("/repo", snap.tar)
+        code, _ = container.exec_run(["bash", "-c", "git init -q && git add -A && git -c user.name=b -c "
+                                      "user.email=b@b commit -qm base"], workdir="/repo")
+        if code != 0:
+            raise RuntimeError(f"baseline setup failed: {_.decode(errors='replace')}")
+        return time.perf_counter() - start
+    finally:
+        container.remove(force=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--task", default=None, help="task id (default: the first builtin task)")
+    parser.add_argument("--json", action="store_true", help="also print the numbers as JSON")
+    args = parser.parse_args()
+    task = find_task(args.task) if args.task else load_suite("builtin")[0]
+    client = docker_client()
+    image = ensure_env_image(task.setup)
+    snap = snapshot(task)
+
+    env = RepoTaskEnv(task=task, sandbox="docker", max_turns=10_000)
+    env.reset()
+    edit = json.dumps({"name": "bash", "arguments": {"command": "echo x >> README.md; touch new.txt"}})
+    ours, fresh = [], []
+    for _ in range(args.episodes):  # interleaved, so both see the same machine load
+        env.step(edit)
+        start = time.perf_counter()
+        env.reset()
+        ours.append(time.perf_counter() - start)
+        fresh.append(fresh_container_episode(client, image, snap))
+
+    command = "cat README.md > /dev/null"
+    step = json.dumps({"name": "bash", "arguments": {"command": command}})
+    container = env.unwrapped._sandbox.container
+    steps, raw = [], []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        env.step(step)
+        steps.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        container.exec_run(["bash", "-c", command], workdir="/repo", user="agent")
+        raw.append(time.perf_counter() - start)
+    env.close()
+
+    r50, f50 = statistics.median(ours), statistics.median(fresh)
+    s50, x50 = statistics.median(steps), statistics.median(raw)
+    print(f"task {task.instance_id}, {args.episodes} episodes, {args.steps} steps, docker backend")
+    print(f"{'':28}{'p50 ms':>10}{'p95 ms':>10}")
+    print(f"{'warm reset (repogym)':28}{r50 * 1e3:>10.1f}{pct(ours, .95) * 1e3:>10.1f}")
+    print(f"{'fresh container/episode':28}{f50 * 1e3:>10.1f}{pct(fresh, .95) * 1e3:>10.1f}")
+    print(f"{'tool step (env.step bash)':28}{s50 * 1e3:>10.1f}{pct(steps, .95) * 1e3:>10.1f}")
+    print(f"{'raw docker exec':28}{x50 * 1e3:>10.1f}{pct(raw, .95) * 1e3:>10.1f}")
+    speedup, overhead = f50 / r50, s50 / x50
+    print(f"reset speed-up (fresh p50 / warm p50): {speedup:.1f}x   target >= 5x   "
+          f"{'OK' if speedup >= 5 else 'MISSED'}")
+    print(f"step overhead (env.step p50 / raw exec p50): {overhead:.2f}x   target < 1.3x   "
+          f"{'OK' if overhead < 1.3 else 'MISSED'}")
+    if args.json:
+        print(json.dumps({"reset_speedup": speedup, "step_overhead": overhead, "warm_reset_p50_s": r50,
+                          "fresh_p50_s": f50, "step_p50_s": s50, "raw_exec_p50_s": x50}))
+    return 0 if speedup >= 5 and overhead < 1.3 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

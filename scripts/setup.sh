@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Set up repogym on a fresh Debian machine with Python 3.11: system packages (as root), a virtual
+# environment with the package and its dev extras, and the Docker base image when a daemon answers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+
+need=()
+command -v git >/dev/null || need+=(git)
+command -v bwrap >/dev/null || need+=(bubblewrap)
+if docker info >/dev/null 2>&1; then
+  command -v debootstrap >/dev/null || need+=(debootstrap)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "setup: installing ${need[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "setup: please install ${need[*]} (sudo apt-get install ${need[*]})" >&2
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[dev]"
+
+if docker info >/dev/null 2>&1; then
+  .venv/bin/repogym images build
+else
+  echo "setup: no Docker daemon answers; the local (bubblewrap) sandbox will be used"
+fi

@@ -1,0 +1,52 @@
+"""The ``repogym`` command line."""
+
+import json
+
+import pytest
+
+from repogym.cli import main
+
+
+def test_tasks_list_table_and_json(capsys):
+    assert main(["tasks", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "repogym__tablekit-" in out and out.strip().endswith("tasks")
+    assert main(["tasks", "list", "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert len(records) >= 30 and {"patch", "test_patch", "FAIL_TO_PASS", "difficulty", "setup"} <= set(records[0])
+
+
+def test_unknown_suite_is_a_clean_error(capsys):
+    assert main(["tasks", "list", "--suite", "nope"]) == 2
+    assert "unknown suite 'nope'" in capsys.readouterr().err
+
+
+def test_validate_one_task_from_a_file(tmp_path, capsys, tiny_task):
+    path = tmp_path / "tiny.jsonl"
+    path.write_text(json.dumps(tiny_task.to_dict()) + "\n")
+    assert main(["validate", "--tasks", str(path), "--sandbox", "local"]) == 0
+    assert "1/1 tasks valid" in capsys.readouterr().out
+    bad = dict(tiny_task.to_dict(), PASS_TO_PASS=["tests/test_hidden.py::test_clamp_above"], FAIL_TO_PASS=[])
+    path.write_text(json.dumps(bad) + "\n")
+    assert main(["validate", "--tasks", str(path), "--sandbox", "local"]) == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_demo_runs_oracle_and_null(tmp_path, capsys):
+    assert main(["demo", "--limit", "2", "--sandbox", "local", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| oracle |" in out and "| null |" in out
+    oracle_row = next(line for line in out.splitlines() if line.startswith("| oracle |"))
+    null_row = next(line for line in out.splitlines() if line.startswith("| null |"))
+    assert "2/2 (100%)" in oracle_row and "0/2 (0%)" in null_row
+    lines = (tmp_path / "oracle").glob("*.jsonl")
+    first = [json.loads(line) for line in next(lines).read_text().splitlines()]
+    assert first[0]["format"] == "repogym.trajectory/1" and first[-1]["type"] == "end"
+
+
+def test_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for command in ("tasks", "validate", "demo", "images", "gc"):
+        assert command in out

@@ -1,0 +1,1 @@
+"""Training (RL learner, rollout fleet, curriculum): not built yet; see the issues."""
