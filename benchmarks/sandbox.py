@@ -12,11 +12,9 @@ Run: ``python benchmarks/sandbox.py [--episodes 20] [--steps 30] [--task ID]``.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import statistics
 import sys
-import tarfile
 import time
 
 import envs  # noqa: F401

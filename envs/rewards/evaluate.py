@@ -9,16 +9,15 @@ missing from it failed. Infrastructure failures are retried once, then recorded 
 
 from __future__ import annotations
 
-import json
 import shlex
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from envs.errors import InfraError
 from envs.rewards.tamper import config_files_touched, filter_patch, pytest_section
 from envs.sandbox.base import Sandbox
+from envs.sandbox.testrun import run_tests
 from envs.tasks.repos import snapshot
 from envs.tasks.schema import Task
 
@@ -126,30 +125,3 @@ def _pytest_section_changed(sandbox: Sandbox, name: str) -> bool:
     except FileNotFoundError:
         after = ""
     return pytest_section(name, before.stdout if before.ok else "") != pytest_section(name, after)
-
-
-def run_tests(sandbox: Sandbox, test_command: str, files: list[str] | None = None, *,
-              timeout: float = 900.0) -> tuple[dict[str, str], str]:
-    """Run tests with the report plugin; returns ``({test id: outcome}, output tail)``.
-
-    An empty dict means pytest wrote no trustworthy report (it crashed, or the agent's code killed it):
-    every test counts as not passed. A harness timeout is an :class:`InfraError`.
-    """
-    nonce = uuid.uuid4().hex
-    report = f"/tmp/.repogym-report-{nonce}.json"
-    inside = getattr(sandbox, "inside_dir", "/opt/repogym")
-    env = {"REPOGYM_REPORT": report, "REPOGYM_REPORT_NONCE": nonce, "PYTHONPATH": inside,
-           "PYTHONDONTWRITEBYTECODE": "1"}
-    command = f"{test_command} -p repogym_report " + " ".join(shlex.quote(f) for f in files or [])
-    result = sandbox.run(command, timeout=timeout, env=env, output_limit=256 * 1024)
-    log = (result.stdout + result.stderr)[-4000:]
-    if result.timed_out:
-        raise InfraError("rewards.run_tests", f"tests ran past the harness timeout of {timeout:.0f}s")
-    raw = sandbox.run(f"cat {report} && rm -f {report}", timeout=60, output_limit=16 << 20)
-    try:
-        data = json.loads(raw.stdout) if raw.ok else {}
-    except json.JSONDecodeError:
-        data = {}
-    if data.get("nonce") != nonce:
-        return {}, log
-    return {str(k): str(v) for k, v in data.get("tests", {}).items()}, log

@@ -10,39 +10,14 @@ that defines or configures tests: anything under a ``tests``/``test``/``testing`
 from __future__ import annotations
 
 import configparser
-import re
 import tomllib
-from dataclasses import dataclass
 from pathlib import PurePosixPath
+
+from envs.tasks.patches import split_patch
 
 TEST_DIRS = {"tests", "test", "testing"}
 TEST_FILES = {"conftest.py", "pytest.ini", "tox.ini", "noxfile.py", ".pytest.ini"}
 CONFIG_WITH_PYTEST_SECTION = {"setup.cfg", "pyproject.toml"}
-_HEADER = re.compile(r"^diff --git a/(.+?) b/(.+?)$", re.M)
-
-
-@dataclass
-class FilePatch:
-    """The part of a git patch that touches one file."""
-
-    old_path: str
-    new_path: str
-    text: str
-
-    @property
-    def paths(self) -> set[str]:
-        return {self.old_path, self.new_path} - {"/dev/null"}
-
-
-def split_patch(patch: str) -> list[FilePatch]:
-    """Split a git patch into per-file parts (text before the first header is dropped)."""
-    starts = [m.start() for m in _HEADER.finditer(patch)]
-    parts = []
-    for begin, end in zip(starts, starts[1:] + [len(patch)]):
-        text = patch[begin:end]
-        match = _HEADER.match(text)
-        parts.append(FilePatch(match.group(1), match.group(2), text))
-    return parts
 
 
 def is_test_path(path: str) -> bool:

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from envs.rewards.evaluate import INFRA_ERROR, RESOLVED, EvalRecord, grade
+from envs.rewards.evaluate import INFRA_ERROR, RESOLVED, grade
 from envs.sandbox.base import Sandbox
 from envs.tasks.schema import Task
 

@@ -41,7 +41,7 @@ def default_backend() -> str:
     if why is None:
         return "docker"
     if not _noted:
-        print(f"repogym: no Docker daemon answers; using the local (bubblewrap) sandbox", file=sys.stderr)
+        print("repogym: no Docker daemon answers; using the local (bubblewrap) sandbox", file=sys.stderr)
         _noted = True
     return "local"
 

@@ -70,10 +70,14 @@ class LocalSandbox(RunnerClient):
         hidden = _hidden_paths(self.config.hidden_paths)
         for path in hidden:
             cmd += ["--tmpfs", str(path)]
-        if any(python_prefix.is_relative_to(h) for h in hidden):
-            cmd += ["--ro-bind", str(python_prefix), str(python_prefix)]  # the venv whose python runs tests
-        cmd += ["--bind", str(self.workdir / "tmp"), "/tmp", "--bind", str(self.workdir / "repo"), REPO_DIR,
-                "--ro-bind", str(INSIDE_DIR), INSIDE_MOUNT, "--chdir", REPO_DIR,
+        cmd += ["--bind", str(self.workdir / "tmp"), "/tmp", "--bind", str(self.workdir / "repo"), REPO_DIR]
+        # The interpreter that runs tests (a venv, maybe inside the hidden checkout or under the host's /tmp,
+        # which the private /tmp covers) is put back, read-only, on top.
+        covered = [*hidden, Path("/tmp")]
+        for prefix in sorted({python_prefix, Path(sys.base_prefix).resolve()}):
+            if any(prefix.is_relative_to(c) for c in covered):
+                cmd += ["--ro-bind", str(prefix), str(prefix)]
+        cmd += ["--ro-bind", str(INSIDE_DIR), INSIDE_MOUNT, "--chdir", REPO_DIR,
                 "--setenv", "HOME", "/tmp", "--setenv", "PATH", f"{python_prefix}/bin:/usr/local/bin:/usr/bin:/bin",
                 "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--unsetenv", "VIRTUAL_ENV",
                 sys.executable, f"{INSIDE_MOUNT}/runner.py", REPO_DIR]
@@ -110,5 +114,8 @@ class LocalSandbox(RunnerClient):
             self._proc.kill()
         self._proc.wait()
         for stream in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
-            stream.close()
+            try:
+                stream.close()
+            except OSError:  # the runner died with bytes still buffered for it
+                pass
         shutil.rmtree(self.workdir, ignore_errors=True)

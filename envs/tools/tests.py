@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import shlex
 
-from envs.rewards.evaluate import run_tests
+from envs.sandbox.testrun import run_tests
 from envs.tools.base import Tool, ToolContext, ToolError, ToolResult
 
 

@@ -1,0 +1,148 @@
+"""Composable rewards: named components, weighted from config, each reported.
+
+``reward = sum(weight * component(facts))``; every component's raw value goes to
+``info["reward_components"]``. The default config is ``tests`` alone, so the plain reward stays 1/0.
+Components (values before weighting):
+
+- ``tests``: 1.0 when resolved, else 0.0; with option ``fraction=True``, the share of FAIL_TO_PASS passed
+  (0.0 when a PASS_TO_PASS test broke).
+- ``dependents_checked``: the share of the visible tests covering the changed symbols and their dependents
+  that the agent ran, and saw, after its last edit. With no covering tests: 1.0 when it ran any tests
+  after its last edit. 0.0 with no change at all.
+- ``dependents_broken`` (a penalty, <= 0): minus the share of covering PASS_TO_PASS tests that fail at grading.
+- ``syntax`` (a penalty): -1.0 when the final diff introduces syntax errors.
+- ``format``: the share of tool calls that were well formed.
+- ``steps`` (a cost): minus the number of turns; give it a small weight (e.g. 0.01 per turn).
+
+``infra_error`` episodes get no components at all and a NaN reward: they are flagged for exclusion.
+Register your own with :func:`register_component`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from envs.errors import ConfigError
+from envs.rewards.evaluate import INFRA_ERROR, EvalRecord
+
+
+@dataclass
+class EpisodeFacts:
+    """What reward components may read about a finished episode."""
+
+    eval: EvalRecord
+    turns: int
+    well_formed: int
+    analysis: dict[str, Any] | None = None
+    """``DiffAnalysis.to_dict()`` of the final diff, when the analysis ran."""
+    tests_after_last_edit: dict[str, str] = field(default_factory=dict)
+    """Outcome of every test the agent ran after its last change to the repository."""
+    changed_anything: bool = False
+    ran_tests_after_last_edit: bool = False
+    pass_to_pass: list[str] = field(default_factory=list)
+    """The task's PASS_TO_PASS ids."""
+
+
+Component = Callable[..., float]
+_COMPONENTS: dict[str, Component] = {}
+
+
+def register_component(name: str, fn: Component) -> None:
+    """Make ``fn(facts, **options) -> float`` available to reward configs as ``name``."""
+    _COMPONENTS[name] = fn
+
+
+def component(name: str) -> Component:
+    """A component by name; a miss lists the valid names."""
+    if name not in _COMPONENTS:
+        raise ConfigError(f"unknown reward component {name!r}: expected one of {sorted(_COMPONENTS)}")
+    return _COMPONENTS[name]
+
+
+def covering_tests(facts: EpisodeFacts) -> set[str]:
+    """Test ids the analysis says reach the changed symbols or their dependents."""
+    return {t["test_id"] for t in (facts.analysis or {}).get("tests", []) if t.get("test_id")}
+
+
+def _tests(facts: EpisodeFacts, fraction: bool = False) -> float:
+    if not fraction:
+        return 1.0 if facts.eval.resolved else 0.0
+    if facts.eval.pass_to_pass.get("passed", 0) < facts.eval.pass_to_pass.get("total", 0):
+        return 0.0
+    return facts.eval.f2p_fraction
+
+
+def _dependents_checked(facts: EpisodeFacts) -> float:
+    if not facts.changed_anything:
+        return 0.0
+    covering = covering_tests(facts)
+    if not covering:
+        return 1.0 if facts.ran_tests_after_last_edit else 0.0
+    return len(covering & set(facts.tests_after_last_edit)) / len(covering)
+
+
+def _dependents_broken(facts: EpisodeFacts) -> float:
+    graded = sorted(covering_tests(facts) & set(facts.pass_to_pass) & set(facts.eval.tests))
+    if not graded:
+        return 0.0
+    return -sum(facts.eval.tests[t] != "passed" for t in graded) / len(graded)
+
+
+def _syntax(facts: EpisodeFacts) -> float:
+    return -1.0 if (facts.analysis or {}).get("syntax_errors") else 0.0
+
+
+def _format(facts: EpisodeFacts) -> float:
+    return facts.well_formed / facts.turns if facts.turns else 0.0
+
+
+def _steps(facts: EpisodeFacts) -> float:
+    return -float(facts.turns)
+
+
+for _name, _fn in {"tests": _tests, "dependents_checked": _dependents_checked, "dependents_broken": _dependents_broken,
+                   "syntax": _syntax, "format": _format, "steps": _steps}.items():
+    register_component(_name, _fn)
+
+
+@dataclass
+class RewardConfig:
+    """Which components count, with what weight and options."""
+
+    weights: dict[str, float] = field(default_factory=lambda: {"tests": 1.0})
+    """Component name -> weight."""
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Component name -> keyword options (e.g. ``{"tests": {"fraction": True}}``)."""
+
+    def __post_init__(self):
+        for name in list(self.weights) + list(self.options):
+            component(name)  # fail early on a typo
+
+    @classmethod
+    def preset(cls, name: str) -> "RewardConfig":
+        """A documented preset: ``default`` (tests only) or ``process``."""
+        if name not in PRESETS:
+            raise ConfigError(f"unknown reward preset {name!r}: expected one of {sorted(PRESETS)}")
+        return cls(weights=dict(PRESETS[name]))
+
+    @property
+    def needs_analysis(self) -> bool:
+        return bool({"dependents_checked", "dependents_broken", "syntax"} & set(self.weights))
+
+
+PRESETS: dict[str, dict[str, float]] = {
+    "default": {"tests": 1.0},
+    # The design's process reward: correctness first, a bonus for checking what the change might break,
+    # and a small one for well-formed calls.
+    "process": {"tests": 1.0, "dependents_checked": 0.3, "format": 0.1},
+}
+
+
+def compute_reward(config: RewardConfig, facts: EpisodeFacts) -> tuple[float, dict[str, float] | None]:
+    """``(total, {component: value})``; ``(nan, None)`` for infrastructure errors."""
+    if facts.eval.status == INFRA_ERROR:
+        return math.nan, None
+    values = {name: float(component(name)(facts, **config.options.get(name, {}))) for name in config.weights}
+    return sum(config.weights[n] * v for n, v in values.items()), values
