@@ -19,15 +19,18 @@ import gymnasium as gym
 
 from envs.actions import FORMAT_HINT, parse_action
 from envs.errors import ConfigError, InfraError
-from envs.rewards import EvalRecord, grade, reward_of
+from envs.rewards import grade
+from envs.rewards.components import EpisodeFacts, RewardConfig, compute_reward
 from envs.sandbox import SandboxConfig, default_backend, sandbox_factory
 from envs.sandbox.pool import SandboxPool
 from envs.tasks.repos import repo_path, snapshot
 from envs.tasks.schema import Task
 from envs.tasks.suites import find_task, load_suite
 from envs.tools import TOOLS, ToolContext, ToolError, get_tool, tools_schema
+from envs.tools.inspect import analyze_sandbox, tests_since_last_edit
 
 ENV_ID = "repogym/RepoTask-v0"
+_EMPTY_ANALYSIS = {"changed": [], "dependents": [], "tests": [], "syntax_errors": [], "unresolved": []}
 MAX_TEXT = 1 << 20
 
 
@@ -64,10 +67,16 @@ class EnvConfig:
     """Grade the diff when the turn limit ends an episode (else reward 0 with status ``not_submitted``)."""
     eval_pool_size: int = 1
     """Grading sandboxes kept started ahead of time (per environment image)."""
+    reward: RewardConfig | str = "default"
+    """Reward components and weights, or a preset name (``default``: tests only; ``process``)."""
+    analyze_final_diff: bool = True
+    """Put the tree-sitter analysis of the final diff in ``info["analysis"]``."""
 
     def __post_init__(self):
         if self.max_turns < 1:
             raise ConfigError(f"max_turns must be >= 1, got {self.max_turns}")
+        if isinstance(self.reward, str):
+            self.reward = RewardConfig.preset(self.reward)
         if self.sandbox not in (None, "docker", "local"):
             raise ConfigError(f"sandbox must be 'docker', 'local' or None, got {self.sandbox!r}")
 
@@ -174,6 +183,7 @@ class RepoTaskEnv(gym.Env):
         self._grading_pool(self.task)  # start warming grading sandboxes while the agent works
         self.turn, self.well_formed, self._done = 0, 0, False
         self.ctx = ToolContext(self._sandbox, self.task, self.config.command_timeout, self.config.max_command_timeout)
+        self._base_hash = hash("")
         obs = self._intro(self.task)
         self._last_obs = obs
         info = {"task_id": self.task.instance_id, "repo": self.task.repo, "difficulty": self.task.difficulty,
@@ -195,27 +205,29 @@ class RepoTaskEnv(gym.Env):
             args = tool.check_arguments(call.arguments)
             self.well_formed += 1
             if tool.name == "submit":
-                obs, reward, record = self._finish("submitted")
+                obs, reward = self._finish("submitted", info)
                 terminated = True
-                info["eval"] = record.to_dict()
             else:
+                self.ctx.notes["turn"] = self.turn
                 result = tool.run(self.ctx, args)
                 obs, info["exit_code"], info["error"] = result.output, result.exit_code, result.error
                 info.update(result.data)
+                if tool.edits:
+                    self._note_edit()
         except ToolError as exc:
             obs, info["error"] = f"error ({exc.kind}): {exc.message}", exc.kind
         except InfraError as exc:
             obs = f"[infrastructure error in {exc.where}: {exc.message}; the episode ends]"
             info["infra_error"] = {"where": exc.where, "message": exc.message}
             info["eval"] = {"status": "infra_error", "error": info["infra_error"]}
+            info["exclude"] = True
             reward, truncated = float("nan"), True
             if self._sandbox is not None:
                 self._sandbox.dirty_reason = self._sandbox.dirty_reason or str(exc)
         if not (terminated or truncated) and self.turn >= self.config.max_turns:
             truncated = True
             if self.config.grade_on_truncation:
-                _, reward, record = self._finish("turn limit")
-                info["eval"] = record.to_dict()
+                _, reward = self._finish("turn limit", info)
             else:
                 info["eval"] = {"status": "not_submitted"}
             obs += f"\n[turn limit of {self.config.max_turns} reached; the episode ends]"
@@ -230,15 +242,42 @@ class RepoTaskEnv(gym.Env):
         # Absent rather than None: vector envs stack info values by type, and None breaks that.
         return obs, float(reward), terminated, truncated, {k: v for k, v in info.items() if v is not None}
 
-    def _finish(self, why: str) -> tuple[str, float, EvalRecord]:
+    def _note_edit(self) -> None:
+        # "Last edit" means the diff changed, whatever tool did it (bash included).
+        digest = hash(self._sandbox.diff())
+        if digest != self.ctx.notes.get("diff_hash", self._base_hash):
+            self.ctx.notes["last_edit_turn"] = self.turn
+        self.ctx.notes["diff_hash"] = digest
+
+    def _finish(self, why: str, info: dict[str, Any]) -> tuple[str, float]:
+        """Grade the diff; fill ``info`` with eval, analysis and reward components; return (obs, reward)."""
         patch = self._sandbox.diff()
         record = grade(self.task, patch, self._grading_pool(self.task).acquire, timeout=self.config.eval_timeout)
         self.last_patch, self.last_eval = patch, record
+        info["eval"] = record.to_dict()
+        analysis = None
+        if self.config.analyze_final_diff or self.config.reward.needs_analysis:
+            try:
+                analysis = analyze_sandbox(self.ctx, patch).to_dict() if patch.strip() else _EMPTY_ANALYSIS
+                info["analysis"] = analysis
+            except Exception as exc:  # the reward must not hinge on an analysis bug; record it instead
+                info["analysis"] = {"error": f"{type(exc).__name__}: {exc}"}
+        after_edit = tests_since_last_edit(self.ctx)
+        facts = EpisodeFacts(eval=record, turns=self.turn, well_formed=self.well_formed, analysis=analysis,
+                             tests_after_last_edit=after_edit, changed_anything=bool(patch.strip()),
+                             ran_tests_after_last_edit=any(r["turn"] > self.ctx.notes.get("last_edit_turn", 0)
+                                                           for r in self.ctx.notes.get("test_runs", [])),
+                             pass_to_pass=self.task.PASS_TO_PASS)
+        reward, components = compute_reward(self.config.reward, facts)
+        if components is None:
+            info["exclude"] = True  # infrastructure failed: no components, drop from training
+        else:
+            info["reward_components"] = components
         summary = record.status
         if record.fail_to_pass:
             summary += (f" (FAIL_TO_PASS {record.fail_to_pass['passed']}/{record.fail_to_pass['total']}, "
                         f"PASS_TO_PASS {record.pass_to_pass['passed']}/{record.pass_to_pass['total']})")
-        return f"[{why}; evaluation: {summary}]", reward_of(record), record
+        return f"[{why}; evaluation: {summary}]", reward
 
     def render(self) -> str | None:
         return self._last_obs if self.render_mode == "ansi" else None

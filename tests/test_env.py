@@ -36,7 +36,8 @@ def test_reset_gives_problem_statement_tools_and_task_id(env, tiny_task):
     assert tiny_task.problem_statement in obs and "submit" in obs
     assert info["task_id"] == tiny_task.instance_id
     names = [t["function"]["name"] for t in info["tools"]]
-    assert names == ["bash", "view", "search", "edit", "create", "apply_patch", "run_tests", "diff", "submit"]
+    assert names == ["bash", "view", "search", "edit", "create", "apply_patch", "run_tests", "diff", "inspect_diff",
+                     "submit"]
     assert info["tools"] == env.tools_schema()
     assert env.observation_space.contains(obs)
 
@@ -205,3 +206,44 @@ def test_truncate_marks_what_was_cut():
     text = "a" * 100 + "b" * 100
     cut = truncate(text, 60)
     assert cut.startswith("a" * 40) and cut.endswith("b" * 20) and "140 characters truncated" in cut
+
+
+def test_inspect_diff_shows_blast_radius_and_tests_run_since_last_edit(env):
+    env.reset()
+    obs, *_ = env.step(call("inspect_diff"))
+    assert "nothing to inspect" in obs
+    env.step(call("edit", path="calc/ops.py", old="high - 1", new="high"))
+    obs, *_, info = env.step(call("inspect_diff"))
+    changed = [c["name"] for c in info["analysis"]["changed"]]
+    assert changed == ["calc.ops.clamp"]
+    assert "not run  tests/test_ops.py::test_clamp_inside" in obs
+    assert info["covering_run"] == 0 and info["covering_total"] == 1
+    env.step(call("run_tests", tests=["tests/test_ops.py"]))
+    obs, *_, info = env.step(call("inspect_diff"))
+    assert "passed   tests/test_ops.py::test_clamp_inside" in obs and info["covering_run"] == 1
+    env.step(call("bash", command="echo '# later' >> calc/ops.py"))  # an edit: earlier runs no longer count
+    obs, *_, info = env.step(call("inspect_diff"))
+    assert info["covering_run"] == 0
+
+
+def test_process_reward_and_final_analysis(backend, tiny_task):
+    environment = RepoTaskEnv(task=tiny_task, sandbox=backend, config=EnvConfig(reward="process"))
+    try:
+        environment.reset()
+        environment.step(call("edit", path="calc/ops.py", old="high - 1", new="high"))
+        environment.step(call("run_tests"))
+        environment.step("not a call")
+        obs, reward, term, trunc, info = environment.step(call("submit"))
+        assert info["reward_components"] == {"tests": 1.0, "dependents_checked": 1.0, "format": 0.75}
+        assert reward == pytest.approx(1.0 + 0.3 + 0.075)
+        assert [c["name"] for c in info["analysis"]["changed"]] == ["calc.ops.clamp"]
+        assert set(info["analysis"]) == {"changed", "dependents", "tests", "syntax_errors", "unresolved"}
+    finally:
+        environment.close()
+
+
+def test_default_reward_reports_its_one_component(env, tiny_task):
+    env.reset()
+    env.step(call("apply_patch", patch=tiny_task.patch))
+    obs, reward, *_, info = env.step(call("submit"))
+    assert reward == 1.0 and info["reward_components"] == {"tests": 1.0}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from envs.tools.base import Tool, ToolContext, ToolError, ToolResult
 from envs.tools.files import CREATE, EDIT, SEARCH, VIEW
+from envs.tools.inspect import INSPECT_DIFF
 from envs.tools.patches import APPLY_PATCH, DIFF
 from envs.tools.shell import BASH
 from envs.tools.tests import RUN_TESTS
@@ -19,7 +20,8 @@ def _submit(ctx: ToolContext, args: dict) -> ToolResult:  # pragma: no cover - t
 SUBMIT = Tool("submit", "Submit the current changes for grading; ends the episode.", {"type": "object", "properties": {}},
               _submit)
 
-TOOLS: dict[str, Tool] = {t.name: t for t in (BASH, VIEW, SEARCH, EDIT, CREATE, APPLY_PATCH, RUN_TESTS, DIFF, SUBMIT)}
+TOOLS: dict[str, Tool] = {t.name: t for t in (BASH, VIEW, SEARCH, EDIT, CREATE, APPLY_PATCH, RUN_TESTS, DIFF,
+                                              INSPECT_DIFF, SUBMIT)}
 
 
 def get_tool(name: str) -> Tool:

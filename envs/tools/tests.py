@@ -17,7 +17,8 @@ def run_run_tests(ctx: ToolContext, args: dict) -> ToolResult:
     for outcome in outcomes.values():
         counts[outcome] = counts.get(outcome, 0) + 1
     failed = sorted(t for t, o in outcomes.items() if o != "passed" and o != "skipped")
-    ctx.notes.setdefault("test_runs", []).append({"tests": list(tests), "outcomes": outcomes})
+    ctx.notes.setdefault("test_runs", []).append({"turn": ctx.notes.get("turn", 0), "tests": list(tests),
+                                                 "outcomes": outcomes})
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no tests ran"
     text = log.rstrip() + f"\n[{summary}]"
     if failed:

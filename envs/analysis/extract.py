@@ -1,0 +1,488 @@
+"""Per-file syntax facts: definitions, bindings, imports and raw (unresolved) uses of names.
+
+Everything here depends on one file's bytes only, so a file's facts can be rebuilt alone when it
+changes. Cross-file resolution lives in ``resolve.py``.
+
+Guaranteed: extraction never raises on malformed source; tree-sitter's error recovery decides how
+much of a broken file is seen, and the first ERROR/MISSING node is reported as a ``SyntaxIssue``.
+Not guaranteed: Python's exact scoping. Names are scoped per def (comprehension and lambda
+variables count as locals of the enclosing def), and a name stored anywhere in a def is a local
+there, like CPython; ``nonlocal``/``exec``/``globals()`` tricks are not modelled.
+
+Speed: one tree-sitter query pass per file collects every node of interest in C; Python then
+touches only those nodes, never the whole tree.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+import tree_sitter_python
+from tree_sitter import Language, Node, Parser, Query, QueryCursor, Tree
+
+from envs.analysis.model import Symbol, SyntaxIssue, Unresolved
+
+PY_LANGUAGE = Language(tree_sitter_python.language())
+_PARSER = Parser(PY_LANGUAGE)
+
+VAR = ("var",)  # a name bound to a value we do not track (assignment, parameter, loop variable)
+MODULE_SCOPE = -1
+
+_QUERY = Query(PY_LANGUAGE, """
+(function_definition) @def
+(class_definition) @def
+(import_statement) @import
+(import_from_statement) @import
+(call function: (_) @callee)
+(decorator (identifier) @callee)
+(decorator (attribute) @callee)
+(attribute) @attr
+(argument_list (identifier) @name)
+(keyword_argument value: (identifier) @name)
+(assignment right: (identifier) @name)
+(return_statement (identifier) @name)
+(list (identifier) @name)
+(tuple (identifier) @name)
+(set (identifier) @name)
+(pair value: (identifier) @name)
+(type (identifier) @name)
+(except_clause (identifier) @name)
+(expression_list (identifier) @name)
+(lambda body: (identifier) @name)
+(conditional_expression (identifier) @name)
+(assignment left: (identifier) @store)
+(assignment left: (pattern_list (identifier) @store))
+(assignment left: (tuple_pattern (identifier) @store))
+(augmented_assignment left: (identifier) @store)
+(for_statement left: (identifier) @store)
+(for_statement left: (pattern_list (identifier) @store))
+(for_in_clause left: (identifier) @store)
+(for_in_clause left: (pattern_list (identifier) @store))
+(as_pattern alias: (as_pattern_target (identifier) @store))
+(named_expression name: (identifier) @store)
+(lambda_parameters (identifier) @store)
+(lambda_parameters (default_parameter name: (identifier) @store))
+(lambda_parameters (list_splat_pattern (identifier) @store))
+(lambda_parameters (dictionary_splat_pattern (identifier) @store))
+(global_statement (identifier) @global)
+(parameters (identifier) @param)
+(parameters (default_parameter name: (identifier) @param))
+(parameters (typed_parameter (identifier) @param))
+(parameters (typed_default_parameter name: (identifier) @param))
+(parameters (list_splat_pattern (identifier) @param))
+(parameters (dictionary_splat_pattern (identifier) @param))
+(parameters (typed_parameter (list_splat_pattern (identifier) @param)))
+(parameters (typed_parameter (dictionary_splat_pattern (identifier) @param)))
+""")
+
+_DOTTED = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*\Z")
+_SPACE = re.compile(r"\s+")
+
+
+def parse_source(source: bytes, old_tree: Tree | None = None) -> Tree:
+    """Parse Python bytes, reusing ``old_tree`` (already ``edit()``-ed) when given. Tests patch this."""
+    if old_tree is None:
+        return _PARSER.parse(source)
+    return _PARSER.parse(source, old_tree)
+
+
+def module_name(path: str) -> str:
+    """``pkg/mod.py`` -> ``pkg.mod``; ``pkg/__init__.py`` -> ``pkg``."""
+    parts = path[:-3].split("/") if path.endswith(".py") else path.split("/")
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+def is_test_file(path: str) -> bool:
+    """True for ``test_*.py``, ``*_test.py`` and any ``.py`` under a ``tests/`` folder."""
+    parts = path.split("/")
+    base = parts[-1]
+    return base.startswith("test_") or base.endswith("_test.py") or "tests" in parts[:-1]
+
+
+@dataclass(slots=True)
+class DefFacts:
+    """One ``def``/``class``; ``start``/``end`` bytes include its decorators."""
+
+    qname: str
+    name: str
+    kind: str
+    line: int
+    end_line: int
+    first_line: int  # first decorator line, or ``line``
+    start: int
+    end: int
+    parent: int  # index into FileFacts.defs, or MODULE_SCOPE
+    body_start: int = 0  # decorators, defaults, annotations and bases before it run in the parent scope
+    signature: str = ""
+    bases: tuple = ()  # dotted chains (tuples of names) of the class's bases; non-dotted bases are skipped
+    has_opaque_base: bool = False  # a base we cannot even read as a dotted name (``namedtuple(...)``)
+    self_name: str | None = None  # first parameter of a method that is not a staticmethod
+    test_id: str | None = None
+
+
+@dataclass(slots=True)
+class FileFacts:
+    """Everything one file says about itself, before looking at any other file."""
+
+    path: str
+    module: str
+    package: str
+    source: bytes
+    tree: Tree
+    defs: list[DefFacts] = field(default_factory=list)
+    def_starts: list[int] = field(default_factory=list)
+    module_bindings: dict = field(default_factory=dict)
+    scope_bindings: list[dict] = field(default_factory=list)  # parallel to defs
+    globals_: list[set] = field(default_factory=list)  # parallel to defs
+    star_imports: list[tuple] = field(default_factory=list)  # (scope, module or None, line, text)
+    imports: list[tuple] = field(default_factory=list)  # (scope, line, binding, text)
+    imported_modules: set = field(default_factory=set)  # absolute names, inside the repo or not
+    refs: list[tuple] = field(default_factory=list)  # (scope, lookup scope, line, kind, chain, text, object type)
+    local_unresolved: list[Unresolved] = field(default_factory=list)
+    syntax_issue: SyntaxIssue | None = None
+    symbols: list[Symbol] = field(default_factory=list)
+    interface: tuple = ()
+
+    def scope_at(self, byte: int) -> int:
+        """Index of the innermost def whose span (decorators included) contains ``byte``."""
+        i = bisect_right(self.def_starts, byte) - 1
+        defs = self.defs
+        while i >= 0 and defs[i].end < byte:
+            i = defs[i].parent
+        return i
+
+    def scopes_at(self, byte: int) -> tuple[int, int]:
+        """(scope a use at ``byte`` belongs to, scope its names are looked up in)."""
+        scope = self.scope_at(byte)
+        if scope >= 0 and byte < self.defs[scope].body_start:
+            return scope, self.defs[scope].parent
+        return scope, scope
+
+
+def _text(node: Node) -> str:
+    return node.text.decode("utf-8", "replace")
+
+
+def _normalise(text: str) -> str:
+    text = _SPACE.sub(" ", text)
+    return text.replace("( ", "(").replace(" )", ")").replace(", )", ")").replace(",)", ")")
+
+
+def _dotted(text: str) -> tuple | None:
+    if " " in text or "\n" in text or "\t" in text:
+        text = _SPACE.sub("", text)
+    return tuple(text.split(".")) if _DOTTED.match(text) else None
+
+
+def _first_error(root: Node) -> Node | None:
+    """The node to blame: the first MISSING node, or where the first ERROR stops being valid code."""
+    node = root
+    while True:
+        if node.is_missing:
+            return node
+        children = node.children
+        if node.is_error:
+            # a big ERROR node often swallows complete statements before the real mistake: skip them
+            rest = [c for c in children if not (not c.has_error and c.type.endswith(_COMPLETE))]
+            if not rest:
+                return node
+            if not (rest[0].has_error or rest[0].is_missing or rest[0].is_error):
+                return rest[0]
+            node = rest[0]
+            continue
+        bad = [c for c in children if c.has_error or c.is_missing or c.is_error]
+        if not bad:
+            return node
+        node = bad[0]
+
+
+_COMPLETE = ("_statement", "_definition", "comment")
+
+
+def _syntax_issue(path: str, root: Node) -> SyntaxIssue | None:
+    if not root.has_error:
+        return None
+    node = _first_error(root)
+    if node.is_missing:
+        message = f"missing {node.type!r}"
+    else:
+        snippet = _normalise(_text(node))[:40]
+        message = f"invalid syntax near {snippet!r}" if snippet else "invalid syntax"
+    return SyntaxIssue(path, node.start_point[0] + 1, message)
+
+
+def _absolute_module(package: str, prefix_dots: int, rest: str) -> str | None:
+    """Resolve ``from ..rest import`` against ``package``; None when it climbs above the root."""
+    if prefix_dots == 0:
+        return rest
+    parts = package.split(".") if package else []
+    up = prefix_dots - 1
+    if up > len(parts):
+        return None
+    base = parts[: len(parts) - up]
+    if rest:
+        base = base + rest.split(".")
+    return ".".join(base) if base else None
+
+
+def extract(path: str, source: bytes, tree: Tree) -> FileFacts:
+    """Collect one file's facts from its parse tree."""
+    module = module_name(path)
+    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    facts = FileFacts(path, module, package, source, tree)
+    root = tree.root_node
+    facts.syntax_issue = _syntax_issue(path, root)
+    caps = QueryCursor(_QUERY).captures(root)
+    _collect_defs(facts, caps.get("def", ()), is_test_file(path))
+    scope_at = facts.scope_at
+    bindings = facts.scope_bindings
+    mod_bindings = facts.module_bindings
+
+    def bind(scope: int, name: str, value: tuple) -> None:
+        table = mod_bindings if scope < 0 else bindings[scope]
+        # a def/import binding beats a plain store of the same name (``f = wraps(f)`` keeps ``f`` a def)
+        if value is VAR and name in table:
+            return
+        table[name] = value
+
+    for node in caps.get("param", ()):
+        bind(scope_at(node.start_byte), _text(node), VAR)
+    for node in caps.get("store", ()):
+        bind(scope_at(node.start_byte), _text(node), VAR)
+    for node in caps.get("global", ()):
+        scope = scope_at(node.start_byte)
+        if scope >= 0:
+            facts.globals_[scope].add(_text(node))
+    for node in caps.get("import", ()):
+        _collect_import(facts, node, scope_at(node.start_byte), bind)
+    _collect_uses(facts, caps)
+    facts.symbols = _symbols(facts)
+    facts.interface = _interface(facts)
+    return facts
+
+
+def _collect_defs(facts: FileFacts, nodes, test_file: bool) -> None:
+    items = []
+    for node in nodes:
+        outer = node.parent
+        decorated = outer is not None and outer.type == "decorated_definition"
+        start_node = outer if decorated else node
+        items.append((start_node.start_byte, node, start_node, decorated))
+    items.sort(key=lambda item: item[0])
+    defs = facts.defs
+    stack: list[int] = []  # indices of open defs, innermost last
+    for start, node, start_node, decorated in items:
+        end = node.end_byte
+        while stack and defs[stack[-1]].end < start:
+            stack.pop()
+        parent = stack[-1] if stack else MODULE_SCOPE
+        name_node = node.child_by_field_name("name")
+        name = _text(name_node) if name_node is not None else "<anonymous>"
+        prefix = defs[parent].qname if parent >= 0 else facts.module
+        qname = f"{prefix}.{name}" if prefix else name
+        line = node.start_point[0] + 1
+        end_row, end_col = node.end_point
+        end_line = end_row + 1 if end_col or end_row == node.start_point[0] else end_row
+        body = node.child_by_field_name("body")
+        info = DefFacts(qname, name, "class", line, end_line, start_node.start_point[0] + 1,
+                        start, end, parent, body.start_byte if body is not None else end)
+        if node.type == "class_definition":
+            supers = node.child_by_field_name("superclasses")
+            if supers is not None:
+                bases = []
+                for arg in supers.named_children:
+                    if arg.type == "keyword_argument" or arg.type == "comment":
+                        continue
+                    chain = _dotted(_text(arg)) if arg.type in ("identifier", "attribute") else None
+                    if chain is None:
+                        info.has_opaque_base = True
+                    else:
+                        bases.append(chain)
+                info.bases = tuple(bases)
+        else:
+            in_class = parent >= 0 and defs[parent].kind == "class"
+            info.kind = "method" if in_class else "function"
+            params = node.child_by_field_name("parameters")
+            signature = _normalise(_text(params)) if params is not None else "()"
+            returns = node.child_by_field_name("return_type")
+            if returns is not None:
+                signature += " -> " + _normalise(_text(returns))
+            info.signature = signature
+            if in_class and params is not None:
+                first = [c for c in params.named_children if c.type != "comment"][:1]
+                static = decorated and any(
+                    c.type == "decorator" and _text(c).strip() == "@staticmethod" for c in start_node.children)
+                if first and first[0].type == "identifier" and not static:
+                    info.self_name = _text(first[0])
+            if test_file and name.startswith("test"):
+                info.test_id = _test_id(facts.path, defs, parent, name)
+        defs.append(info)
+        stack.append(len(defs) - 1)
+    facts.def_starts = [d.start for d in defs]
+    facts.scope_bindings = [{} for _ in defs]
+    facts.globals_ = [set() for _ in defs]
+    for d in defs:  # a def binds its name in the scope around it
+        table = facts.module_bindings if d.parent < 0 else facts.scope_bindings[d.parent]
+        table.setdefault(d.name, ("def", d.qname))
+
+
+def _test_id(path: str, defs: list[DefFacts], parent: int, name: str) -> str | None:
+    """Pytest node id for a test function or a test method of (nested) ``Test*`` classes."""
+    names = [name]
+    while parent >= 0:
+        owner = defs[parent]
+        if owner.kind != "class" or not owner.name.startswith("Test"):
+            return None
+        names.append(owner.name)
+        parent = owner.parent
+    return path + "::" + "::".join(reversed(names))
+
+
+def _collect_import(facts: FileFacts, node: Node, scope: int, bind) -> None:
+    line = node.start_point[0] + 1
+    text = _normalise(_text(node))
+    if node.type == "import_statement":
+        for item in node.named_children:
+            if item.type == "aliased_import":
+                target = _text(item.child_by_field_name("name"))
+                bind(scope, _text(item.child_by_field_name("alias")), ("module", target))
+            elif item.type == "dotted_name":
+                target = _text(item)
+                bind(scope, target.partition(".")[0], ("module", target.partition(".")[0]))
+            else:
+                continue
+            facts.imported_modules.add(target)
+            facts.imports.append((scope, line, ("module", target), text))
+        return
+    module_node = node.child_by_field_name("module_name")
+    if module_node is None:
+        return
+    if module_node.type == "relative_import":
+        dots, rest = 0, ""
+        for part in module_node.children:
+            if part.type == "import_prefix":
+                dots = part.end_byte - part.start_byte
+            elif part.type == "dotted_name":
+                rest = _text(part)
+        absolute = _absolute_module(facts.package, dots, rest)
+    else:
+        absolute = _text(module_node)
+    if absolute is not None:
+        facts.imported_modules.add(absolute)
+    for item in node.children:
+        if item.type == "wildcard_import":
+            facts.star_imports.append((scope, absolute, line, text))
+            facts.local_unresolved.append(Unresolved(facts.path, line, text, "star import"))
+            continue
+        if item == module_node:
+            continue
+        if item.type == "aliased_import":
+            name = _text(item.child_by_field_name("name"))
+            alias = _text(item.child_by_field_name("alias"))
+        elif item.type == "dotted_name":
+            name = alias = _text(item)
+        else:
+            continue
+        if absolute is None:
+            bind(scope, alias, VAR)
+            facts.local_unresolved.append(Unresolved(facts.path, line, text, "unknown name"))
+            continue
+        binding = ("from", absolute, name)
+        bind(scope, alias, binding)
+        facts.imported_modules.add(f"{absolute}.{name}")
+        facts.imports.append((scope, line, binding, text))
+
+
+def _collect_uses(facts: FileFacts, caps: dict) -> None:
+    """Raw uses: calls, maximal dotted attribute chains, bare names in value positions."""
+    scopes_at = facts.scopes_at
+    refs = facts.refs
+    callee_spans = set()
+    for node in caps.get("callee", ()):
+        start, end = node.start_byte, node.end_byte
+        callee_spans.add((start, end))
+        kind = node.type
+        line = node.start_point[0] + 1
+        if kind == "identifier":
+            name = _text(node)
+            if name in ("getattr", "setattr", "delattr", "hasattr") and node.parent.type == "call":
+                _dynamic_attribute(facts, node.parent, name, line)
+            refs.append((*scopes_at(start), line, "call", (name,), name, None))
+        elif kind == "attribute":
+            text = _text(node)
+            chain = _dotted(text)
+            if chain is not None:
+                refs.append((*scopes_at(start), line, "call", chain, ".".join(chain), None))
+                continue
+            obj = node.child_by_field_name("object")
+            attr = node.child_by_field_name("attribute")
+            if obj is None or attr is None:
+                continue
+            chain, obj_type = ("<expr>", _text(attr)), obj.type
+            if obj_type == "call":
+                fn = obj.child_by_field_name("function")
+                fn_chain = _dotted(_text(fn)) if fn is not None and fn.type in ("identifier", "attribute") else None
+                if fn_chain == ("super",):
+                    chain = ("<super>", chain[1])
+                elif fn_chain is not None:  # ``Cls(...).m()``: an instance of Cls when Cls is a class
+                    chain = ("<call>", fn_chain, chain[1])
+            refs.append((*scopes_at(start), line, "call", chain, _normalise(text)[:80], obj_type))
+    seen_starts = set()
+    attrs = sorted(((n.start_byte, -n.end_byte, n) for n in caps.get("attr", ())), key=lambda t: (t[0], t[1]))
+    source = facts.source
+    for start, neg_end, node in attrs:
+        if start in seen_starts:
+            continue
+        end = -neg_end
+        chain = _dotted(source[start:end].decode("utf-8", "replace"))
+        if chain is None:
+            continue
+        seen_starts.add(start)  # shorter chains at the same start are prefixes of this one
+        if (start, end) in callee_spans:
+            continue
+        refs.append((*scopes_at(start), node.start_point[0] + 1, "attribute", chain, ".".join(chain), None))
+    for node in caps.get("name", ()):
+        name = _text(node)
+        refs.append((*scopes_at(node.start_byte), node.start_point[0] + 1, "name", (name,), name, None))
+
+
+def _dynamic_attribute(facts: FileFacts, call: Node, fn: str, line: int) -> None:
+    """``getattr(obj, "lit")`` reads like ``obj.lit``; with a computed name it is unresolvable."""
+    args = call.child_by_field_name("arguments")
+    if args is None:
+        return
+    positional = [a for a in args.named_children if a.type not in ("keyword_argument", "comment")]
+    if len(positional) < 2:
+        return
+    obj, attr = positional[0], positional[1]
+    if attr.type == "string" and attr.named_child_count <= 2 and all(
+            c.type in ("string_start", "string_content", "string_end") for c in attr.children):
+        literal = _text(attr)[1:-1]
+        chain = _dotted(_text(obj)) if obj.type in ("identifier", "attribute") else None
+        if chain is not None and _DOTTED.match(literal) and "." not in literal:
+            facts.refs.append((*facts.scopes_at(call.start_byte), line, "attribute", chain + (literal,),
+                               f"{'.'.join(chain)}.{literal}", None))
+        return
+    reason = "getattr" if fn == "getattr" else "dynamic attribute"
+    facts.local_unresolved.append(Unresolved(facts.path, line, _normalise(_text(call))[:80], reason))
+
+
+def _symbols(facts: FileFacts) -> list[Symbol]:
+    last_line = facts.source.count(b"\n") + (0 if facts.source.endswith(b"\n") else 1)
+    out = [Symbol(facts.module, "module", facts.path, 1, max(last_line, 1))]
+    out.extend(Symbol(d.qname, d.kind, facts.path, d.line, d.end_line, d.signature, d.test_id)
+               for d in facts.defs)
+    return out
+
+
+def _interface(facts: FileFacts) -> tuple:
+    """What other files can see of this one; when it is unchanged, their resolution is unchanged."""
+    defs = tuple((d.qname, d.kind, d.bases, d.has_opaque_base, d.self_name is not None) for d in facts.defs)
+    class_tables = tuple(tuple(sorted(facts.scope_bindings[i].items()))
+                         for i, d in enumerate(facts.defs) if d.kind == "class")
+    return (facts.module, defs, tuple(sorted(facts.module_bindings.items())), class_tables,
+            tuple((s[0], s[1]) for s in facts.star_imports))

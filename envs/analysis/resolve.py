@@ -1,0 +1,277 @@
+"""Cross-file name resolution: turn one file's raw uses into References and Unresolved entries.
+
+Resolution is static and conservative. A use resolves when the syntax pins it to one repository
+symbol: a local or module-level def, an import (absolute, relative, aliased, re-exported through a
+package ``__init__``), ``self``/``cls``/``super()`` method lookup through bases that are themselves in
+the repository, ``ClassName.method``. Calling a class also references its ``__init__`` (own or
+inherited). A use that names nothing in the repository (builtins, other libraries) is dropped on
+purpose; one that might be repository code but cannot be pinned is reported as ``Unresolved``:
+``dynamic dispatch`` (a call ``obj.m()`` on an object of unknown type where some repository class
+defines ``m``), ``unknown name`` (a call of an unbound name, or of a name a repository module lacks).
+Not modelled: variable types (``x = C(); x.m()`` is dynamic dispatch), ``__getattr__``, monkeypatching.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+from envs.analysis.extract import VAR, FileFacts
+from envs.analysis.model import Reference, Unresolved
+
+EXTERNAL = ("external",)  # resolves outside the repository (builtin, other library): not reported
+UNBOUND = ("unbound",)  # a bare name bound nowhere we can see
+OBJECT = ("object",)  # a value of unknown type: a local, a parameter, an instance attribute
+
+_BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__loader__",
+                                        "__package__", "__path__", "__builtins__", "__debug__"}
+_MODULE_DUNDERS = frozenset({"__file__", "__name__", "__doc__", "__spec__", "__loader__", "__package__",
+                             "__path__", "__dict__", "__all__", "__version__"})
+# Objects whose attributes are never repository methods (``"".join``, ``[].append``).
+_LITERALS = frozenset({"string", "concatenated_string", "integer", "float", "list", "dictionary", "set",
+                       "tuple", "list_comprehension", "dictionary_comprehension", "set_comprehension",
+                       "true", "false", "none"})
+_MAX_HOPS = 12  # re-export chains and class hierarchies longer than this are cut (and cycles stop)
+
+
+def _by_line(item) -> int:
+    return item.line
+
+
+class Resolver:
+    """Resolves against the tables of a RepoIndex; holds only caches valid for one link pass."""
+
+    def __init__(self, index):
+        self.defs = index._defs
+        self.modules = index._modules
+        self.packages = index._packages
+        self.method_names = index._method_names
+        self._bases: dict[str, tuple[list[str], bool]] = {}
+
+    # -- names -------------------------------------------------------------------------------
+    def name(self, facts: FileFacts, scope: int, name: str) -> tuple:
+        """Resolve a bare name as seen from ``scope`` of ``facts``."""
+        defs = facts.defs
+        start = scope
+        while scope >= 0:
+            d = defs[scope]
+            # class bodies are not visible from the methods inside them
+            if d.kind != "class" or scope == start:
+                if name in facts.globals_[scope]:
+                    break
+                binding = facts.scope_bindings[scope].get(name)
+                if binding is not None:
+                    if binding is VAR and d.self_name == name:
+                        return ("instance", defs[d.parent].qname)
+                    return self.binding(facts, binding, 0)
+            scope = d.parent
+        binding = facts.module_bindings.get(name)
+        if binding is not None:
+            return self.binding(facts, binding, 0)
+        for _scope, star_module, _line, _text in facts.star_imports:
+            if star_module is None:
+                continue
+            result = self.member(star_module, name, 1)
+            if result[0] != "missing" and result is not EXTERNAL:
+                return result
+        if name in _BUILTINS or facts.star_imports:
+            return EXTERNAL
+        return UNBOUND
+
+    def binding(self, facts: FileFacts, binding: tuple, hops: int) -> tuple:
+        kind = binding[0]
+        if kind == "def":
+            return ("sym", binding[1])
+        if kind == "module":
+            return self.module(binding[1])
+        if kind == "from":
+            return self.member(binding[1], binding[2], hops + 1)
+        return OBJECT
+
+    def module(self, name: str) -> tuple:
+        if name in self.modules:
+            return ("sym", name)
+        if name in self.packages:
+            return ("module", name)  # a namespace package: a folder of modules without __init__.py
+        return EXTERNAL
+
+    def member(self, module: str, name: str, hops: int) -> tuple:
+        """``module.name`` where ``module`` is a module name."""
+        qname = f"{module}.{name}" if module else name
+        if qname in self.modules or qname in self.defs:
+            return ("sym", qname)
+        if qname in self.packages:
+            return ("module", qname)
+        facts = self.modules.get(module)
+        if facts is None:
+            return ("missing", qname) if module in self.packages else EXTERNAL
+        if hops > _MAX_HOPS or name in _MODULE_DUNDERS:
+            return EXTERNAL
+        binding = facts.module_bindings.get(name)
+        if binding is not None:
+            return self.binding(facts, binding, hops)
+        for _scope, star_module, _line, _text in facts.star_imports:
+            if star_module is None:
+                return EXTERNAL
+            result = self.member(star_module, name, hops + 1)
+            if result[0] != "missing":
+                return result
+        return ("missing", qname)
+
+    # -- classes -----------------------------------------------------------------------------
+    def bases(self, cls: str) -> tuple[list[str], bool]:
+        """(resolved repository bases, whether some base lies outside the repository)."""
+        cached = self._bases.get(cls)
+        if cached is not None:
+            return cached
+        self._bases[cls] = ([], False)  # a class hierarchy cycle stops here
+        facts, idx = self.defs[cls]
+        d = facts.defs[idx]
+        found, outside = [], d.has_opaque_base
+        for chain in d.bases:
+            result = self.chain(facts, d.parent, chain)
+            if result[0] == "sym" and result[1] in self.defs and self.defs[result[1]][0].defs[
+                    self.defs[result[1]][1]].kind == "class":
+                found.append(result[1])
+            else:
+                outside = True
+        self._bases[cls] = (found, outside)
+        return found, outside
+
+    def in_class(self, cls: str, attr: str, skip_self: bool = False) -> tuple:
+        """Look ``attr`` up in ``cls`` and its repository bases, depth-first left to right."""
+        seen, stack, outside = set(), [cls], False
+        while stack and len(seen) <= _MAX_HOPS:
+            current = stack.pop(0)
+            if current in seen or current not in self.defs:
+                continue
+            seen.add(current)
+            if not (skip_self and current == cls):
+                qname = f"{current}.{attr}"
+                if qname in self.defs:
+                    return ("sym", qname)
+                facts, idx = self.defs[current]
+                if attr in facts.scope_bindings[idx]:
+                    return OBJECT  # a class attribute holding some value
+            found, ext = self.bases(current)
+            outside = outside or ext
+            stack[0:0] = found
+        if outside or (attr.startswith("__") and attr.endswith("__")):
+            return EXTERNAL  # inherited from outside, or from ``object`` itself
+        return ("missing", f"{cls}.{attr}")
+
+    def _enclosing_class(self, facts: FileFacts, scope: int) -> str | None:
+        while scope >= 0:
+            d = facts.defs[scope]
+            if d.kind == "method":
+                return facts.defs[d.parent].qname
+            scope = d.parent
+        return None
+
+    # -- chains ------------------------------------------------------------------------------
+    def chain(self, facts: FileFacts, scope: int, chain: tuple) -> tuple:
+        """Resolve a dotted chain; returns the final result (deepest symbol is tracked by ``walk``)."""
+        return self.walk(facts, scope, chain)[0]
+
+    def walk(self, facts: FileFacts, scope: int, chain: tuple) -> tuple[tuple, str | None]:
+        """(result for the whole chain, deepest repository symbol met on the way)."""
+        head = chain[0]
+        if head == "<super>":
+            cls = self._enclosing_class(facts, scope)
+            result = self.in_class(cls, chain[1], skip_self=True) if cls else EXTERNAL
+            return result, (result[1] if result[0] == "sym" else None)
+        rest = chain[1:]
+        if head == "<expr>":
+            result = OBJECT
+        elif head == "<call>":
+            made = self.chain(facts, scope, chain[1])
+            result = ("instance", made[1]) if made[0] == "sym" and self._is_class(made[1]) else OBJECT
+            rest = chain[2:]
+        else:
+            result = self.name(facts, scope, head)
+        deepest = result[1] if result[0] == "sym" else None
+        for attr in rest:
+            kind = result[0]
+            if kind == "sym":
+                target = result[1]
+                if target in self.modules:
+                    result = self.member(target, attr, 1)
+                elif self._is_class(target):
+                    result = self.in_class(target, attr)
+                else:
+                    result = EXTERNAL  # attributes of functions (``f.cache_clear``) are not code
+            elif kind == "module":
+                result = self.member(result[1], attr, 1)
+            elif kind == "instance":
+                result = self.in_class(result[1], attr)
+                if result[0] == "missing":
+                    result = ("dispatch", attr)  # an instance attribute, or a method of a subclass
+            elif result is OBJECT or kind == "dispatch":
+                result = ("dispatch", attr)
+            else:
+                return result, deepest
+            if result[0] == "sym":
+                deepest = result[1]
+        return result, deepest
+
+    def _is_class(self, qname: str) -> bool:
+        entry = self.defs.get(qname)
+        return entry is not None and entry[0].defs[entry[1]].kind == "class"
+
+    # -- one file ----------------------------------------------------------------------------
+    def link(self, facts: FileFacts) -> tuple[list[Reference], list[Unresolved], set[str], set[str]]:
+        """References, unresolved uses, in-repo imported modules, method names called on unknown objects."""
+        path, module, defs = facts.path, facts.module, facts.defs
+        refs: list[Reference] = []
+        unresolved = list(facts.local_unresolved)
+        imported: set[str] = set()
+        dispatched: set[str] = set()
+
+        def source_of(scope: int) -> str:
+            return defs[scope].qname if scope >= 0 else module
+
+        for scope, line, binding, text in facts.imports:
+            if binding[0] == "module":
+                result = self.module(binding[1])
+                if result[0] == "sym":
+                    imported.add(binding[1])
+            else:
+                result = self.member(binding[1], binding[2], 1)
+                if binding[1] in self.modules:
+                    imported.add(binding[1])
+                if result[0] == "sym" and result[1] in self.modules:
+                    imported.add(result[1])
+            if result[0] == "sym":
+                refs.append(Reference(source_of(scope), result[1], path, line, "import"))
+            elif result[0] == "missing":
+                unresolved.append(Unresolved(path, line, result[1], "unknown name"))
+        for scope, star_module, line, _text in facts.star_imports:
+            if star_module in self.modules:
+                imported.add(star_module)
+                refs.append(Reference(source_of(scope), star_module, path, line, "import"))
+        method_names = self.method_names
+        for scope, lookup, line, kind, chain, text, obj_type in facts.refs:
+            result, deepest = self.walk(facts, lookup, chain)
+            tag = result[0]
+            if tag == "sym":
+                target = result[1]
+                refs.append(Reference(source_of(scope), target, path, line, kind))
+                if kind == "call" and self._is_class(target):
+                    init = self.in_class(target, "__init__")
+                    if init[0] == "sym":
+                        refs.append(Reference(source_of(scope), init[1], path, line, "call"))
+                continue
+            if deepest is not None:
+                refs.append(Reference(source_of(scope), deepest, path, line, "attribute"))
+            if kind != "call":
+                continue
+            if tag == "dispatch":
+                dispatched.add(result[1])
+                if result[1] in method_names and obj_type not in _LITERALS:
+                    unresolved.append(Unresolved(path, line, text, "dynamic dispatch"))
+            elif tag == "missing" or result is UNBOUND:
+                unresolved.append(Unresolved(path, line, text, "unknown name"))
+        imported.discard(module)
+        refs.sort(key=_by_line)
+        unresolved.sort(key=_by_line)
+        return refs, unresolved, imported, dispatched
+

@@ -1,0 +1,45 @@
+"""``repogym analyze``: which symbols a change touches, who depends on them, which tests reach them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from envs.errors import ConfigError
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("analyze", help="static impact analysis of a diff (changed symbols, dependents, tests)")
+    parser.add_argument("--repo", default=".", help="repository root (default: .)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--diff", metavar="FILE",
+                        help="a unified diff not yet applied, against the working tree ('-' reads stdin)")
+    source.add_argument("--rev", metavar="A..B", help="compare two revisions ('A..' = A against the working tree)")
+    parser.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    parser.add_argument("--depth", type=int, default=3, help="how far to follow dependents (default: 3)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from envs.analysis import RepoIndex, analyze_diff, diff_between_revs
+    from envs.analysis.diffs import apply_patch, parse_diff
+
+    repo = Path(args.repo)
+    if not repo.is_dir():
+        raise ConfigError(f"expected --repo to be a folder, got {args.repo!r}")
+    if args.diff is not None:
+        import sys
+        diff = sys.stdin.read() if args.diff == "-" else Path(args.diff).read_text(encoding="utf-8")
+        before = RepoIndex.from_folder(repo)
+        after_files: dict[str, bytes | None] = {}
+        for fd in parse_diff(diff):
+            current = Path(repo, fd.old_path).read_bytes() if fd.old_path and Path(repo, fd.old_path).is_file() else None
+            if fd.old_path and fd.old_path != fd.new_path:
+                after_files[fd.old_path] = None
+            if fd.new_path:
+                after_files[fd.new_path] = apply_patch(current, fd)
+    else:
+        before, diff, after_files = diff_between_revs(repo, args.rev or "HEAD..")
+    analysis = analyze_diff(before, diff, after_files, max_depth=args.depth)
+    print(json.dumps(analysis.to_dict(), indent=1) if args.json else analysis.render())
+    return 0

@@ -1,0 +1,423 @@
+"""envs.analysis: symbols, resolution, reverse graph, incremental updates, diff impact, the CLI.
+
+Every repository here is tiny and written out in full, so each expectation is an exact list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import subprocess
+
+import pytest
+
+from envs.analysis import RepoIndex, Unresolved, analyze_diff
+from envs.analysis import extract as extract_module
+from envs.errors import ConfigError
+
+REPO = {
+    "app/__init__.py": b"",
+    "app/core.py": b'''from . import helpers
+from .helpers import fmt as format_it
+
+
+def tracer(fn):
+    return fn
+
+
+class Base:
+    def __init__(self, n):
+        self.n = n
+
+    def run(self):
+        return self.step()
+
+    def step(self):
+        return helpers.clean(self.n)
+
+
+class Child(Base):
+    def step(self):
+        value = super().step()
+        return format_it(value)
+
+
+@tracer
+def outer(x):
+    def inner(y):
+        return y + 1
+    return inner(x)
+
+
+def make():
+    return Child(1).run()
+''',
+    "app/helpers.py": b'''def clean(v):
+    return v
+
+
+def fmt(v):
+    return str(clean(v))
+''',
+    "util/__init__.py": b"",
+    "util/alias.py": b'''import app.core as c
+from app import helpers as h
+
+
+def ping():
+    return c.make()
+
+
+def pong():
+    return list(map(h.clean, [1]))
+''',
+    "cyc.py": b'''def a(n):
+    return b(n - 1) if n else 0
+
+
+def b(n):
+    return a(n)
+''',
+    "dyn.py": b'''from app.helpers import *
+
+
+def call(obj, name):
+    obj.run()
+    return getattr(obj, name)
+''',
+    "broken.py": b"def ok():\n    return 1\n\ndef bad(:\n    return 2\n",
+    "tests/test_core.py": b'''from app.core import make
+from util.alias import ping
+
+
+def test_make():
+    assert make() == "1"
+
+
+class TestAlias:
+    def test_ping(self):
+        assert ping()
+
+    def helper(self):
+        return 1
+''',
+}
+
+
+@pytest.fixture(scope="module")
+def index() -> RepoIndex:
+    return RepoIndex.from_files(REPO)
+
+
+def refs(index: RepoIndex, qname: str) -> list[tuple[str, int, str]]:
+    return [(r.target, r.line, r.kind) for r in index.references(qname)]
+
+
+def names(pairs) -> list[tuple[str, int]]:
+    return [(s.name, d) for s, d in pairs]
+
+
+def unified(path: str, old: bytes | None, new: bytes | None) -> str:
+    """A git-style diff of one file (difflib, with a/ b/ prefixes and /dev/null for add/delete)."""
+    a = (old or b"").decode().splitlines(keepends=True)
+    b = (new or b"").decode().splitlines(keepends=True)
+    head = f"diff --git a/{path} b/{path}\n"
+    return head + "".join(difflib.unified_diff(a, b, f"a/{path}" if old is not None else "/dev/null",
+                                               f"b/{path}" if new is not None else "/dev/null"))
+
+
+# -- symbols ----------------------------------------------------------------------------------
+def test_symbols_of_a_file_with_classes_methods_and_nested_functions(index):
+    got = [(s.name, s.kind, s.line, s.end_line, s.signature) for s in index.symbols_in("app/core.py")]
+    assert got == [
+        ("app.core", "module", 1, 34, ""),
+        ("app.core.tracer", "function", 5, 6, "(fn)"),
+        ("app.core.Base", "class", 9, 17, ""),
+        ("app.core.Base.__init__", "method", 10, 11, "(self, n)"),
+        ("app.core.Base.run", "method", 13, 14, "(self)"),
+        ("app.core.Base.step", "method", 16, 17, "(self)"),
+        ("app.core.Child", "class", 20, 23, ""),
+        ("app.core.Child.step", "method", 21, 23, "(self)"),
+        ("app.core.outer", "function", 27, 30, "(x)"),
+        ("app.core.outer.inner", "function", 28, 29, "(y)"),
+        ("app.core.make", "function", 33, 34, "()"),
+    ]
+    assert index.symbols["app"].file == "app/__init__.py"
+
+
+def test_test_ids_for_functions_and_methods_of_test_classes(index):
+    tests = sorted((s.name, s.test_id) for s in index.symbols.values() if s.test_id)
+    assert tests == [("tests.test_core.TestAlias.test_ping", "tests/test_core.py::TestAlias::test_ping"),
+                     ("tests.test_core.test_make", "tests/test_core.py::test_make")]
+    assert index.symbols["tests.test_core.TestAlias.helper"].test_id is None
+
+
+# -- resolution -------------------------------------------------------------------------------
+def test_self_calls_resolve_in_the_class_and_through_repo_bases(index):
+    assert refs(index, "app.core.Base.run") == [("app.core.Base.step", 14, "call")]
+    assert refs(index, "app.core.Base.step") == [("app.helpers.clean", 17, "call")]
+
+
+def test_super_and_aliased_relative_import(index):
+    # super().step() -> the base's method; format_it is `from .helpers import fmt as format_it`
+    assert refs(index, "app.core.Child.step") == [("app.core.Base.step", 22, "call"),
+                                                  ("app.helpers.fmt", 23, "call")]
+    assert refs(index, "app.core.Child") == [("app.core.Base", 20, "name")]
+
+
+def test_class_call_references_class_and_inherited_init(index):
+    # Child(1).run(): the class, its (inherited) __init__, and run looked up on the instance
+    assert refs(index, "app.core.make") == [("app.core.Base.run", 34, "call"), ("app.core.Child", 34, "call"),
+                                            ("app.core.Base.__init__", 34, "call")]
+
+
+def test_decorators_and_nested_functions(index):
+    assert refs(index, "app.core.outer") == [("app.core.tracer", 26, "call"), ("app.core.outer.inner", 30, "call")]
+    assert refs(index, "app.core.outer.inner") == []
+
+
+def test_import_as_alias_and_callback_names(index):
+    assert refs(index, "util.alias") == [("app.core", 1, "import"), ("app.helpers", 2, "import")]
+    assert refs(index, "util.alias.ping") == [("app.core.make", 6, "call")]
+    assert refs(index, "util.alias.pong") == [("app.helpers.clean", 10, "attribute")]
+    assert refs(index, "app.helpers.fmt") == [("app.helpers.clean", 6, "call")]  # `str` is a builtin: dropped
+
+
+def test_module_import_graph(index):
+    assert index.module_imports == {
+        "app": set(), "app.core": {"app", "app.helpers"}, "app.helpers": set(), "broken": set(), "cyc": set(),
+        "dyn": {"app.helpers"}, "tests.test_core": {"app.core", "util.alias"}, "util": set(),
+        "util.alias": {"app", "app.core", "app.helpers"}}
+
+
+def test_unresolved_star_import_getattr_and_dynamic_dispatch(index):
+    assert index.unresolved == [
+        Unresolved("dyn.py", 1, "from app.helpers import *", "star import"),
+        Unresolved("dyn.py", 5, "obj.run", "dynamic dispatch"),  # Base defines run
+        Unresolved("dyn.py", 6, "getattr(obj, name)", "getattr"),
+    ]
+    assert refs(index, "dyn") == [("app.helpers", 1, "import")]
+
+
+def test_unknown_names_and_missing_module_members_are_reported():
+    idx = RepoIndex.from_files({"a.py": b"def f():\n    pass\n",
+                                "b.py": b"import a\nfrom a import nope\n\ndef g():\n    a.gone()\n    mystery()\n"})
+    assert idx.unresolved == [Unresolved("b.py", 2, "a.nope", "unknown name"),
+                              Unresolved("b.py", 5, "a.gone", "unknown name"),
+                              Unresolved("b.py", 6, "mystery", "unknown name")]
+
+
+def test_locals_and_parameters_shadow_module_functions():
+    idx = RepoIndex.from_files({"m.py": b"def f():\n    pass\n\ndef g(f):\n    f()\n\ndef h():\n    f = 1\n    f()\n"})
+    assert refs(idx, "m.g") == [] and refs(idx, "m.h") == []
+
+
+def test_syntax_error_is_listed_and_the_file_still_indexed(index):
+    assert [(e.file, e.line, e.message) for e in index.parse_errors] == [("broken.py", 4, "missing ')'")]
+    assert [s.name for s in index.symbols_in("broken.py")] == ["broken", "broken.ok", "broken.bad"]
+
+
+def test_garbage_never_raises():
+    idx = RepoIndex.from_files({"junk.py": b"\x00\xff def (((( class : : ]]]\n" * 20})
+    assert [e.file for e in idx.parse_errors] == ["junk.py"]
+
+
+# -- reverse graph ----------------------------------------------------------------------------
+def test_dependents_with_distances(index):
+    assert names(index.dependents(["app.helpers.clean"])) == [
+        ("app.core.Base.step", 1), ("app.helpers.fmt", 1), ("util.alias.pong", 1),
+        ("app.core", 2), ("app.core.Base.run", 2), ("app.core.Child.step", 2),
+        ("app.core.make", 3), ("util.alias", 3)]
+    assert names(index.dependents(["app.helpers.clean"], max_depth=1)) == [
+        ("app.core.Base.step", 1), ("app.helpers.fmt", 1), ("util.alias.pong", 1)]
+
+
+def test_call_cycle_terminates(index):
+    assert names(index.dependents(["cyc.a"], max_depth=50)) == [("cyc.b", 1)]
+    assert names(index.dependents(["cyc.a", "cyc.b"])) == []
+
+
+def test_tests_reaching(index):
+    assert [s.test_id for s in index.tests_reaching(["app.helpers.clean"])] == [
+        "tests/test_core.py::TestAlias::test_ping", "tests/test_core.py::test_make"]
+    assert [s.test_id for s in index.tests_reaching(["app.core.make"], max_depth=1)] == [
+        "tests/test_core.py::test_make"]
+    assert index.tests_reaching(["cyc.a"]) == []
+
+
+# -- incremental updates ----------------------------------------------------------------------
+def snapshot(idx: RepoIndex):
+    every = sorted(idx.symbols)
+    return (sorted(idx.symbols.values(), key=lambda s: s.name), {q: idx.references(q) for q in every},
+            idx.unresolved, idx.parse_errors, idx.module_imports,
+            {q: names(idx.dependents([q])) for q in every})
+
+
+@pytest.mark.parametrize("path, new", [
+    ("app/helpers.py", REPO["app/helpers.py"].replace(b"    return v\n", b"    v = v * 2\n    return v\n")),
+    ("app/helpers.py", REPO["app/helpers.py"] + b"\n\ndef extra():\n    return fmt(1)\n"),
+    ("app/core.py", REPO["app/core.py"].replace(b"def step(self):\n        return helpers",
+                                                b"def step(self, k=2):\n        return helpers")),
+    ("app/helpers.py", b"def renamed(v):\n    return v\n"),
+    ("cyc.py", b"def a(n:\n    return b(n)\n"),
+    ("new/mod.py", b"from app.core import make\n\ndef uses():\n    return make()\n"),
+])
+def test_update_file_matches_a_full_rebuild(index, path, new):
+    updated = index.copy()
+    updated.update_file(path, new)
+    assert snapshot(updated) == snapshot(RepoIndex.from_files({**REPO, path: new}))
+    assert snapshot(index) == snapshot(RepoIndex.from_files(REPO))  # the original is untouched
+
+
+def test_update_file_deleting_a_module(index):
+    updated = index.copy()
+    updated.update_file("app/helpers.py", None)
+    rest = {p: s for p, s in REPO.items() if p != "app/helpers.py"}
+    assert snapshot(updated) == snapshot(RepoIndex.from_files(rest))
+    assert "app.helpers.clean" not in updated.symbols
+
+
+def test_update_file_reparses_only_that_file_incrementally(index, monkeypatch):
+    calls = []
+    real = extract_module.parse_source
+
+    def counting(source, old_tree=None):
+        calls.append(old_tree is not None)
+        return real(source, old_tree)
+
+    monkeypatch.setattr(extract_module, "parse_source", counting)
+    updated = index.copy()
+    trees_before = {p: updated._files[p].tree for p in REPO}
+    updated.update_file("app/helpers.py", REPO["app/helpers.py"] + b"# tail\n")
+    assert calls == [True]  # one parse, given the edited old tree
+    assert all(updated._files[p].tree is trees_before[p] for p in REPO if p != "app/helpers.py")
+    assert updated._files["app/helpers.py"].tree is not trees_before["app/helpers.py"]
+
+
+def test_update_file_rejects_non_python_paths(index):
+    with pytest.raises(ConfigError, match="expected a .py path"):
+        index.copy().update_file("README.md", b"hi")
+
+
+# -- diff impact ------------------------------------------------------------------------------
+def impact(path: str, new: bytes | None, depth: int = 3) -> dict:
+    before = RepoIndex.from_files(REPO)
+    return analyze_diff(before, unified(path, REPO.get(path), new), {path: new}, max_depth=depth).to_dict()
+
+
+def test_diff_modifying_a_function_body():
+    result = impact("app/helpers.py", REPO["app/helpers.py"].replace(b"    return v\n", b"    return v or 0\n"))
+    assert set(result) == {"changed", "dependents", "tests", "syntax_errors", "unresolved"}
+    assert result["changed"] == [{"name": "app.helpers.clean", "kind": "function", "file": "app/helpers.py",
+                                  "line": 1, "change": "modified", "signature_changed": False}]
+    assert [(d["name"], d["distance"]) for d in result["dependents"]] == [
+        ("app.core.Base.step", 1), ("app.helpers.fmt", 1), ("util.alias.pong", 1),
+        ("app.core", 2), ("app.core.Base.run", 2), ("app.core.Child.step", 2),
+        ("app.core.make", 3), ("util.alias", 3)]
+    assert result["tests"] == [
+        {"name": "tests.test_core.TestAlias.test_ping", "file": "tests/test_core.py", "line": 10,
+         "test_id": "tests/test_core.py::TestAlias::test_ping"},
+        {"name": "tests.test_core.test_make", "file": "tests/test_core.py", "line": 5,
+         "test_id": "tests/test_core.py::test_make"}]
+    assert result["syntax_errors"] == [] and result["unresolved"] == []
+
+
+def test_diff_changing_a_signature():
+    new = REPO["app/core.py"].replace(b"    def run(self):", b"    def run(self, fast=False):")
+    result = impact("app/core.py", new, depth=1)
+    assert result["changed"] == [{"name": "app.core.Base.run", "kind": "method", "file": "app/core.py",
+                                  "line": 13, "change": "modified", "signature_changed": True}]
+    assert [(d["name"], d["distance"]) for d in result["dependents"]] == [("app.core.make", 1)]
+    assert [t["test_id"] for t in result["tests"]] == ["tests/test_core.py::TestAlias::test_ping",
+                                                       "tests/test_core.py::test_make"]
+
+
+def test_diff_adding_a_function():
+    new = REPO["cyc.py"] + b"\n\ndef c():\n    return a(3)\n"
+    result = impact("cyc.py", new)
+    assert result["changed"] == [{"name": "cyc.c", "kind": "function", "file": "cyc.py", "line": 9,
+                                  "change": "added", "signature_changed": False}]
+    assert result["dependents"] == [] and result["tests"] == []
+
+
+def test_diff_removing_a_function_lists_its_former_callers():
+    new = REPO["app/helpers.py"].replace(b"def clean(v):\n    return v\n\n\n", b"")
+    result = impact("app/helpers.py", new, depth=1)
+    assert result["changed"] == [{"name": "app.helpers.clean", "kind": "function", "file": "app/helpers.py",
+                                  "line": 1, "change": "removed", "signature_changed": False}]
+    # found through the *before* graph: after the patch nothing resolves to clean any more
+    assert [(d["name"], d["distance"]) for d in result["dependents"]] == [
+        ("app.core.Base.step", 1), ("app.helpers.fmt", 1), ("util.alias.pong", 1)]
+    assert [t["test_id"] for t in result["tests"]] == ["tests/test_core.py::TestAlias::test_ping",
+                                                       "tests/test_core.py::test_make"]
+    assert result["unresolved"] == [{"file": "app/helpers.py", "line": 2, "expression": "clean",
+                                     "reason": "unknown name"}]
+
+
+def test_diff_introducing_a_syntax_error():
+    new = REPO["cyc.py"].replace(b"def b(n):", b"def b(n:")
+    result = impact("cyc.py", new)
+    assert result["syntax_errors"] == [{"file": "cyc.py", "line": 5, "message": "invalid syntax near 'def'"}]
+    # an error that was already there is not news
+    before = RepoIndex.from_files(REPO)
+    edited = REPO["broken.py"] + b"\n# comment\n"
+    again = analyze_diff(before, unified("broken.py", REPO["broken.py"], edited), {"broken.py": edited})
+    assert again.syntax_errors == []
+
+
+def test_diff_unresolved_lists_only_touched_files():
+    new = REPO["dyn.py"] + b"\n\ndef more(x):\n    x.step()\n"
+    result = impact("dyn.py", new)
+    assert result["unresolved"] == [
+        {"file": "dyn.py", "line": 1, "expression": "from app.helpers import *", "reason": "star import"},
+        {"file": "dyn.py", "line": 5, "expression": "obj.run", "reason": "dynamic dispatch"},
+        {"file": "dyn.py", "line": 6, "expression": "getattr(obj, name)", "reason": "getattr"},
+        {"file": "dyn.py", "line": 10, "expression": "x.step", "reason": "dynamic dispatch"}]
+
+
+def test_render_has_every_section():
+    text = analyze_diff(RepoIndex.from_files(REPO), unified("cyc.py", REPO["cyc.py"], REPO["cyc.py"] + b"x = a(1)\n"),
+                        {"cyc.py": REPO["cyc.py"] + b"x = a(1)\n"}).render()
+    assert text.splitlines()[:5] == ["changed (1)", "  cyc  cyc.py:1  (modified)", "dependents (0)", "  (none)",
+                                     "tests (0)"]
+
+
+# -- CLI --------------------------------------------------------------------------------------
+def git(repo, *args):
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def test_cli_analyze_rev_range_on_a_real_git_repo(tmp_path, capsys):
+    repo = tmp_path / "repo"
+    for path, source in REPO.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_bytes(source)
+    git(repo, "init", "-q")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    (repo / "app/helpers.py").write_bytes(REPO["app/helpers.py"].replace(b"return v\n", b"return -v\n"))
+    (repo / "cyc.py").unlink()
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "two")
+
+    from repogym.cli import analyze
+    parser = argparse.ArgumentParser()
+    analyze.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["analyze", "--repo", str(repo), "--rev", "HEAD~1..HEAD", "--json", "--depth", "1"])
+    assert args.func(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result) == {"changed", "dependents", "tests", "syntax_errors", "unresolved"}
+    assert [(c["name"], c["change"]) for c in result["changed"]] == [
+        ("app.helpers.clean", "modified"), ("cyc", "removed"), ("cyc.a", "removed"), ("cyc.b", "removed")]
+    assert [(d["name"], d["distance"]) for d in result["dependents"]] == [
+        ("app.core.Base.step", 1), ("app.helpers.fmt", 1), ("util.alias.pong", 1)]
+    assert [t["test_id"] for t in result["tests"]] == ["tests/test_core.py::TestAlias::test_ping",
+                                                       "tests/test_core.py::test_make"]
+
+    # no --rev: uncommitted changes against HEAD, rendered as text
+    (repo / "app/core.py").write_bytes(REPO["app/core.py"].replace(b"def make():", b"def make(n=1):"))
+    args = parser.parse_args(["analyze", "--repo", str(repo)])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "app.core.make  app/core.py:33  (modified, signature changed)" in out
+    assert "tests/test_core.py::test_make  tests/test_core.py:5" in out

@@ -1,0 +1,87 @@
+"""Each reward component on hand-made episode facts, presets, registration, infra errors."""
+
+import math
+
+import pytest
+
+from envs.errors import ConfigError
+from envs.rewards.components import EpisodeFacts, RewardConfig, compute_reward, register_component
+from envs.rewards.evaluate import EvalRecord
+
+COVER = {"tests": [{"name": "t.a", "file": "tests/t.py", "line": 1, "test_id": "tests/t.py::test_a"},
+                   {"name": "t.b", "file": "tests/t.py", "line": 5, "test_id": "tests/t.py::test_b"}],
+         "changed": [{"name": "pkg.f"}], "dependents": [], "syntax_errors": [], "unresolved": []}
+
+
+def record(status="resolved", tests=None, f2p=(1, 1), p2p=(2, 2)):
+    return EvalRecord("x", status, tests=tests or {}, fail_to_pass={"passed": f2p[0], "total": f2p[1]},
+                      pass_to_pass={"passed": p2p[0], "total": p2p[1]})
+
+
+def facts(**kw):
+    base = dict(eval=record(), turns=4, well_formed=3, analysis=COVER, changed_anything=True)
+    base.update(kw)
+    return EpisodeFacts(**base)
+
+
+def test_default_is_tests_only_and_stays_one_or_zero():
+    config = RewardConfig()
+    assert compute_reward(config, facts()) == (1.0, {"tests": 1.0})
+    assert compute_reward(config, facts(eval=record("unresolved", f2p=(0, 1)))) == (0.0, {"tests": 0.0})
+
+
+def test_tests_fraction_option():
+    config = RewardConfig(weights={"tests": 1.0}, options={"tests": {"fraction": True}})
+    assert compute_reward(config, facts(eval=record("unresolved", f2p=(1, 4))))[0] == 0.25
+    assert compute_reward(config, facts(eval=record("unresolved", f2p=(4, 4), p2p=(1, 2))))[0] == 0.0
+
+
+def test_dependents_checked_counts_covering_tests_run_after_the_last_edit():
+    config = RewardConfig(weights={"dependents_checked": 1.0})
+    one = facts(tests_after_last_edit={"tests/t.py::test_a": "passed", "tests/other.py::x": "passed"})
+    assert compute_reward(config, one)[1] == {"dependents_checked": 0.5}
+    both = facts(tests_after_last_edit={"tests/t.py::test_a": "passed", "tests/t.py::test_b": "failed"})
+    assert compute_reward(config, both)[1]["dependents_checked"] == 1.0
+    assert compute_reward(config, facts(changed_anything=False))[1]["dependents_checked"] == 0.0
+    nothing_covers = dict(COVER, tests=[])
+    assert compute_reward(config, facts(analysis=nothing_covers, ran_tests_after_last_edit=True))[0] == 1.0
+    assert compute_reward(config, facts(analysis=nothing_covers))[0] == 0.0
+
+
+def test_dependents_broken_penalises_failing_covering_pass_to_pass():
+    config = RewardConfig(weights={"dependents_broken": 1.0})
+    graded = record("unresolved", tests={"tests/t.py::test_a": "failed", "tests/t.py::test_b": "passed"})
+    value = compute_reward(config, facts(eval=graded, pass_to_pass=["tests/t.py::test_a", "tests/t.py::test_b"]))
+    assert value[1] == {"dependents_broken": -0.5}
+    assert compute_reward(config, facts(eval=graded, pass_to_pass=[]))[0] == 0.0
+
+
+def test_syntax_format_steps():
+    config = RewardConfig(weights={"syntax": 1.0, "format": 1.0, "steps": 0.01})
+    broken = dict(COVER, syntax_errors=[{"file": "pkg/a.py", "line": 3, "message": "ERROR"}])
+    total, parts = compute_reward(config, facts(analysis=broken))
+    assert parts == {"syntax": -1.0, "format": 0.75, "steps": -4.0}
+    assert total == pytest.approx(-1.0 + 0.75 - 0.04)
+
+
+def test_process_preset_mirrors_the_design():
+    config = RewardConfig.preset("process")
+    assert config.weights == {"tests": 1.0, "dependents_checked": 0.3, "format": 0.1}
+    total, parts = compute_reward(config, facts(tests_after_last_edit={"tests/t.py::test_a": "passed",
+                                                                       "tests/t.py::test_b": "passed"}))
+    assert total == pytest.approx(1.0 + 0.3 + 0.1 * 0.75)
+    with pytest.raises(ConfigError, match="process"):
+        RewardConfig.preset("nope")
+
+
+def test_infra_errors_get_no_components():
+    total, parts = compute_reward(RewardConfig.preset("process"), facts(eval=record("infra_error")))
+    assert math.isnan(total) and parts is None
+
+
+def test_users_register_their_own_component():
+    register_component("short_patch", lambda f, limit=10: 1.0 if f.turns <= limit else 0.0)
+    config = RewardConfig(weights={"tests": 1.0, "short_patch": 0.5}, options={"short_patch": {"limit": 3}})
+    assert compute_reward(config, facts()) == (1.0, {"tests": 1.0, "short_patch": 0.0})
+    with pytest.raises(ConfigError, match="short_patch"):
+        RewardConfig(weights={"shortpatch": 1.0})
