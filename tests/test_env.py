@@ -24,9 +24,13 @@ def env(backend, tiny_task):
 
 
 def test_check_env_passes_on_the_registered_id(backend, tiny_task):
+    import warnings
     environment = gym.make("repogym/RepoTask-v0", task=tiny_task, sandbox=backend, max_turns=5)
     try:
-        check_env(environment.unwrapped, skip_render_check=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            check_env(environment.unwrapped, skip_render_check=True)
+        assert [str(w.message) for w in caught] == []  # as Gymnasium's own env tests: no unexpected warnings
     finally:
         environment.close()
 
