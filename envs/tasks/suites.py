@@ -25,6 +25,9 @@ def register_suite(name: str, path: str | Path) -> None:
 def list_suites() -> dict[str, Path]:
     """Every suite name known: registered ones and each ``task_repos/*.jsonl``."""
     found = {p.stem: p for p in sorted(task_repos_dir().glob("*.jsonl"))}
+    # Suites generated from recipes (`repogym tasks build NAME`) live in the cache.
+    from envs.tasks.repos import cache_dir
+    found.update({p.stem: p for p in sorted((cache_dir() / "suites").glob("*.jsonl")) if p.stem not in found})
     found.update(_REGISTERED)
     return found
 

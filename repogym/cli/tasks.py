@@ -17,6 +17,22 @@ def add_parser(sub) -> None:
     build.set_defaults(func=run_build)
     suites = tsub.add_parser("suites", help="list the suite names and their files")
     suites.set_defaults(func=run_suites)
+    gen = tsub.add_parser("generate", help="generate validated bug-fix tasks from a real project by mutation")
+    gen.add_argument("--source", required=True, help="a folder, a git URL, or pypi:NAME==VERSION")
+    gen.add_argument("--out", required=True, help="output JSONL file")
+    gen.add_argument("--max-tasks", type=int, default=20, help="tasks to keep (default 20)")
+    gen.add_argument("--seed", type=int, default=0, help="seed of the candidate order (default 0)")
+    gen.add_argument("--max-candidates", type=int, default=400, help="mutations to try at most (default 400)")
+    gen.add_argument("--pip", action="append", default=[], help="extra package the image needs (repeatable)")
+    gen.add_argument("--sandbox", choices=["docker", "local"], default=None,
+                     help="backend (default: docker when a daemon answers, else local)")
+    gen.set_defaults(func=run_generate)
+    build = tsub.add_parser("build", help="build a generated suite from its recipe in task_repos/recipes/")
+    build.add_argument("suite", help="recipe name (see `repogym tasks recipes`)")
+    build.add_argument("--sandbox", choices=["docker", "local"], default=None, help="backend")
+    build.set_defaults(func=run_build_recipe)
+    recipes = tsub.add_parser("recipes", help="list the suite recipes")
+    recipes.set_defaults(func=run_recipes)
 
 
 def run_list(args) -> int:
@@ -44,4 +60,49 @@ def run_suites(args) -> int:
     from envs.tasks.suites import list_suites
     for name, path in list_suites().items():
         print(f"{name}\t{path}")
+    return 0
+
+
+def progress_bar(source: str, kept: int, wanted: int) -> None:
+    """A one-line progress bar on stderr."""
+    import sys
+    width = 30
+    filled = int(width * min(kept, wanted) / max(1, wanted))
+    sys.stderr.write(f"\r{source[:40]:<40} [{'#' * filled}{'.' * (width - filled)}] {kept}/{wanted} tasks")
+    sys.stderr.flush()
+
+
+def _print_stats(stats: dict) -> None:
+    import sys
+    sys.stderr.write("\n")
+    print(f"{stats['kept']} tasks kept of {stats['tried']} mutations tried "
+          f"({stats['candidates']} candidates; baseline: {stats.get('baseline_passing', 0)} passing tests, "
+          f"{stats.get('flaky', 0)} flaky excluded) on the {stats['backend']} sandbox")
+
+
+def run_generate(args) -> int:
+    from envs.taskgen.generate import GenerateConfig, generate
+    from envs.tasks.schema import save_tasks
+    config = GenerateConfig(max_tasks=args.max_tasks, seed=args.seed, max_candidates=args.max_candidates,
+                            pip=args.pip, sandbox=args.sandbox)
+    tasks, stats = generate(args.source, config, progress_bar)
+    save_tasks(tasks, args.out)
+    _print_stats(stats)
+    print(f"wrote {args.out}; prove it with: repogym validate --tasks {args.out}")
+    return 0 if tasks else 1
+
+
+def run_build_recipe(args) -> int:
+    from envs.taskgen.recipes import build
+    out, stats = build(args.suite, args.sandbox, progress_bar)
+    _print_stats(stats)
+    print(f"wrote {out}; validate with: repogym validate --suite {args.suite}")
+    return 0
+
+
+def run_recipes(args) -> int:
+    from envs.taskgen.recipes import list_recipes, load_recipe
+    for name in list_recipes():
+        source, config = load_recipe(name)
+        print(f"{name}\t{source}\tseed={config.seed}\tmax_tasks={config.max_tasks}")
     return 0

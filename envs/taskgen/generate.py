@@ -1,0 +1,274 @@
+"""Bug-fix tasks from a real project: mutate, keep what the tests catch, record SWE-bench tasks.
+
+Pipeline: materialise the source (:mod:`.sources`), detect how its tests run (:mod:`.layout`), run the
+baseline suite ``baseline_runs`` times in a sandbox (tests that change status are flaky and excluded),
+index the code with tree-sitter, enumerate mutations (:mod:`.mutations`) in functions that some passing
+test reaches, and try them in a seeded order. A mutation is kept only when it applies, still parses and
+makes at least one baseline-passing test fail; a second full run then fixes FAIL_TO_PASS (the tests
+it breaks) and PASS_TO_PASS (the other passing tests). Harder tasks pair a mutation with a second one in
+a caller or in another file. The mutated tree is committed in the source repository as the base commit;
+the gold patch is the reverse diff.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from envs.errors import ConfigError, InfraError
+from envs.sandbox import SandboxConfig, default_backend, sandbox_factory
+from envs.sandbox.testrun import run_tests
+from envs.tasks.repos import RepoSnapshot
+from envs.tasks.schema import Task
+from envs.taskgen.layout import Layout, detect_layout
+from envs.taskgen.sources import GIT_ENV, SourceRepo, git, materialize
+
+
+class SourceNotUsable(ConfigError):
+    """The project's tests do not run (no tests, a missing dependency, a collection error); says why."""
+
+
+@dataclass
+class GenerateConfig:
+    """Settings of :func:`generate`."""
+
+    max_tasks: int = 20
+    """Stop after this many kept tasks."""
+    seed: int = 0
+    """Seed of the candidate order (same seed, same tasks)."""
+    max_candidates: int = 400
+    """Give up after trying this many candidates."""
+    pair_every: int = 4
+    """Every n-th attempt pairs two mutations (a caller, or another file) for a harder task; 0: never."""
+    baseline_runs: int = 3
+    """Baseline suite runs; a test whose status changes is flaky and excluded."""
+    test_timeout: float = 600.0
+    """Seconds one test run may take."""
+    sandbox: str | None = None
+    """Backend; ``None``: docker when a daemon answers, else local (the host's python must have the deps)."""
+    pip: list[str] = field(default_factory=list)
+    """Extra packages the image needs (beyond the declared requirements), e.g. test-only dependencies."""
+    rewrite_problem: Callable[[Task, str], str] | None = None
+    """Hook to rewrite the generated problem statement (e.g. with an LLM): ``(task, text) -> text``."""
+
+
+@dataclass
+class Candidate:
+    mutations: list  # list[Mutation]
+    covering: set[str]
+
+
+def generate(source: str, config: GenerateConfig | None = None,
+             progress: Callable[[str, int, int], None] | None = None) -> tuple[list[Task], dict]:
+    """Generate tasks from ``source``; returns ``(tasks, stats)``."""
+    from envs.analysis import RepoIndex
+    from envs.taskgen.mutations import dedupe, find_mutations, sample_mutations
+
+    config = config or GenerateConfig()
+    repo = materialize(source)
+    layout = detect_layout(repo.path)
+    if layout is None:
+        raise SourceNotUsable(f"{source}: no tests found (looked for tests/, test/, testing/, test_*.py)")
+    setup = {"source": f"path:{repo.path}", "pip": sorted(set(layout.requirements + config.pip))}
+    if not setup["pip"]:
+        del setup["pip"]
+    backend = config.sandbox or default_backend()
+    sandbox_config = SandboxConfig(run_id="taskgen", hidden_paths=(str(repo.path),))
+    sandbox = sandbox_factory(backend, setup, sandbox_config)()
+    stats = {"source": source, "backend": backend, "candidates": 0, "tried": 0, "kept": 0, "no_failure": 0}
+    try:
+        sandbox.load(_snapshot(repo.path, repo.head))
+        passing, flaky = baseline(sandbox, layout, config)
+        stats.update(baseline_passing=len(passing), flaky=len(flaky))
+        index = RepoIndex.from_folder(repo.path)
+        sources = {s.file: (repo.path / s.file).read_bytes() for s in index.symbols.values()
+                   if s.kind == "module" and not _is_test_file(s.file)}
+        all_mutations = dedupe([m for path, text in sorted(sources.items()) for m in find_mutations(path, text)])
+        covering = {}
+        for mutation in all_mutations:
+            if mutation.function not in covering:
+                covering[mutation.function] = {t.test_id for t in index.tests_reaching([mutation.function])} & passing
+        order = sample_mutations([m for m in all_mutations if covering[m.function]], config.max_candidates, config.seed)
+        stats["candidates"] = len(order)
+        tasks: list[Task] = []
+        seen_functions: set[tuple] = set()
+        for attempt, first in enumerate(order):
+            if len(tasks) >= config.max_tasks or stats["tried"] >= config.max_candidates:
+                break
+            mutations = [first]
+            if config.pair_every and attempt % config.pair_every == config.pair_every - 1:
+                partner = _partner(first, order, index)
+                if partner is not None:
+                    mutations.append(partner)
+            key = tuple(sorted(m.function for m in mutations))
+            if key in seen_functions:
+                continue  # one task per function set keeps the suite varied
+            stats["tried"] += 1
+            task = _try(repo, layout, setup, sandbox, mutations, sources, passing, covering, index, config)
+            if progress:
+                progress(source, len(tasks) + (task is not None), config.max_tasks)
+            if task is None:
+                stats["no_failure"] += 1
+                continue
+            seen_functions.add(key)
+            tasks.append(task)
+        stats["kept"] = len(tasks)
+        return tasks, stats
+    finally:
+        sandbox.close()
+
+
+def baseline(sandbox, layout: Layout, config: GenerateConfig) -> tuple[set[str], set[str]]:
+    """Tests passing in every baseline run, and flaky ones; :class:`SourceNotUsable` when none pass."""
+    runs, log = [], ""
+    for _ in range(config.baseline_runs):
+        outcomes, log = run_tests(sandbox, layout.test_command, layout.test_paths, timeout=config.test_timeout)
+        runs.append(outcomes)
+    every = set().union(*runs)
+    flaky = {t for t in every if len({r.get(t) for r in runs}) > 1}
+    passing = {t for t in every if all(r.get(t) == "passed" for r in runs)}
+    if not passing:
+        raise SourceNotUsable("the baseline test suite does not run: " + explain_failure(log))
+    return passing, flaky
+
+
+def explain_failure(log: str) -> str:
+    """The reason a test run produced nothing, read from pytest's output."""
+    for pattern, label in ((r"(ModuleNotFoundError: No module named '[^']+')", "missing dependency"),
+                           (r"(ImportError: [^\n]+)", "import error"),
+                           (r"ERROR collecting ([^\n]+)", "collection error in"),
+                           (r"(error: [^\n]+)", "pytest error"),
+                           (r"(command not found[^\n]*)", "no python/pytest")):
+        match = re.search(pattern, log)
+        if match:
+            return f"{label}: {match.group(1).strip()}"
+    tail = log.strip().splitlines()[-3:]
+    return "no test passed" + (f" (last output: {' | '.join(tail)})" if tail else "")
+
+
+def _partner(first, order, index):
+    callers = {s.name for s, _ in index.dependents([first.function], max_depth=1)}
+    for other in order:
+        if other.function in callers:
+            return other
+    for other in order:
+        if other.file != first.file:
+            return other
+    return None
+
+
+def _try(repo: SourceRepo, layout, setup, sandbox, mutations, sources, passing, covering, index, config):
+    from envs.taskgen.mutations import combine, parses_cleanly
+    try:
+        mutated = combine({m.file: sources[m.file] for m in mutations}, mutations)
+    except ValueError:
+        return None
+    if not all(parses_cleanly(text) for text in mutated.values()):
+        return None
+    try:
+        for path, text in mutated.items():
+            sandbox.write_file(path, text)
+        targeted = sorted(set().union(*(covering[m.function] for m in mutations)))
+        quick, _ = run_tests(sandbox, layout.test_command, sorted({t.split("::")[0] for t in targeted}),
+                             timeout=config.test_timeout)
+        if all(quick.get(t) == "passed" for t in targeted):
+            return None
+        full, log = run_tests(sandbox, layout.test_command, layout.test_paths, timeout=config.test_timeout)
+        f2p = sorted(t for t in passing if full.get(t) != "passed")
+        p2p = sorted(t for t in passing if full.get(t) == "passed")
+        if not f2p or not full:
+            return None
+        statement = problem_statement(sandbox, layout, f2p, config)
+    finally:
+        sandbox.reset()
+    base = _commit_mutation(repo, mutated, mutations)
+    gold = git(repo.path, "diff", "--binary", base, repo.head)
+    digest = hashlib.sha256("".join(m.file + m.replacement + str(m.start_byte) for m in mutations).encode()).hexdigest()
+    name = f"{repo.name}-{repo.version}" if repo.version else repo.name
+    task = Task(instance_id=f"{name}__taskgen-{digest[:10]}", repo=f"taskgen/{name}", base_commit=base,
+                problem_statement=statement, patch=gold, test_patch="", FAIL_TO_PASS=f2p, PASS_TO_PASS=p2p,
+                difficulty=difficulty(mutations, f2p, index), setup=dict(setup), test_command=layout.test_command,
+                extra={"taskgen": {"operators": [m.operator for m in mutations],
+                                   "functions": [m.function for m in mutations], "seed": config.seed}})
+    if config.rewrite_problem:
+        task.problem_statement = config.rewrite_problem(task, task.problem_statement)
+    return task
+
+
+def problem_statement(sandbox, layout: Layout, f2p: list[str], config: GenerateConfig) -> str:
+    """From the failing tests only: their names and assertion messages (never the code that broke)."""
+    shown = f2p[:8]
+    result = sandbox.run(f"{layout.test_command} --tb=line -rN " + " ".join(_quote(t) for t in shown),
+                         timeout=config.test_timeout, output_limit=64 * 1024)
+    messages = []
+    for line in (result.stdout + result.stderr).splitlines():
+        line = line.strip()
+        if re.match(r"^(E\s+|\S+\.py:\d+: )", line) and len(messages) < 12:
+            # "--tb=line" gives "path:line: Error"; keep only lines in test files, and the messages.
+            if line.startswith("E") or re.search(r"(^|/)test[^/]*\.py:\d+", line):
+                messages.append(line[:300])
+    text = ["Some tests fail after recent changes and need a fix in the library code (not in the tests).", "",
+            "Failing tests:"]
+    text += [f"- `{t}`" for t in shown] + ([f"- ... and {len(f2p) - len(shown)} more"] if len(f2p) > len(shown) else [])
+    if messages:
+        text += ["", "What they report:", "```", *messages, "```"]
+    return "\n".join(text) + "\n"
+
+
+def difficulty(mutations, f2p: list[str], index) -> int:
+    """1..5 from the number of changed symbols and files, FAIL_TO_PASS count, and dependency distance."""
+    functions = {m.function for m in mutations}
+    files = {m.file for m in mutations}
+    score = 1 + (len(functions) - 1) + (len(files) - 1) + (len(f2p) > 5)
+    if len(functions) > 1:
+        first, *rest = sorted(functions)
+        distances = {s.name: d for s, d in index.dependents([first], max_depth=3)}
+        if any(distances.get(r, 9) > 1 for r in rest):
+            score += 1
+    return max(1, min(5, score))
+
+
+def _quote(text: str) -> str:
+    import shlex
+    return shlex.quote(text)
+
+
+def _is_test_file(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return (name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+            or any(part in ("tests", "test", "testing") for part in path.split("/")[:-1]))
+
+
+def _snapshot(repo: Path, commit: str) -> RepoSnapshot:
+    proc = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit], capture_output=True)
+    if proc.returncode != 0:
+        raise InfraError("taskgen.snapshot", proc.stderr.decode(errors="replace"))
+    return RepoSnapshot(key=f"{repo}@{commit}", tar=proc.stdout)
+
+
+def _commit_mutation(repo: SourceRepo, mutated: dict[str, bytes], mutations) -> str:
+    """Commit the mutated files on top of HEAD without touching the work tree (plumbing, fixed dates)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, **GIT_ENV, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+
+        def run(*args, input=None):
+            proc = subprocess.run(["git", "-C", str(repo.path), *args], input=input, capture_output=True, env=env)
+            if proc.returncode != 0:
+                raise InfraError("taskgen.commit", proc.stderr.decode(errors="replace"))
+            return proc.stdout.decode().strip()
+
+        run("read-tree", repo.head)
+        for path, text in mutated.items():
+            blob = run("hash-object", "-w", "--stdin", input=text)
+            run("update-index", "--cacheinfo", f"100644,{blob},{path}")
+        tree = run("write-tree")
+        message = "taskgen: " + ", ".join(f"{m.operator} in {m.function}" for m in mutations)
+        commit = run("commit-tree", tree, "-p", repo.head, "-m", message)
+        run("update-ref", f"refs/taskgen/{commit}", commit)  # keep it reachable for gc and clones
+        return commit

@@ -1,0 +1,129 @@
+"""Task generation end to end on small projects written here, plus sources, layouts and keep/drop rules."""
+
+import json
+
+import pytest
+
+from envs.errors import ConfigError
+from envs.rewards.validate import validate_task
+from envs.sandbox import SandboxConfig, sandbox_factory
+from envs.taskgen.generate import GenerateConfig, SourceNotUsable, explain_failure, generate
+from envs.taskgen.layout import declared_requirements, detect_layout
+from envs.taskgen.sources import materialize
+
+LIB = '''\
+def clamp(x, low, high):
+    if x < low:
+        return low
+    if x > high:
+        return high
+    return x
+
+
+def total(values):
+    result = 0
+    for value in values:
+        result = result + value
+    return result
+
+
+def mean(values):
+    if not values:
+        return 0.0
+    return total(values) / len(values)
+
+
+def untested(a, b):
+    return a and b
+'''
+
+TESTS = '''\
+from mini.core import clamp, mean, total
+
+
+def test_clamp_low():
+    assert clamp(-5, 0, 10) == 0
+
+
+def test_clamp_high():
+    assert clamp(50, 0, 10) == 10
+
+
+def test_clamp_inside():
+    assert clamp(5, 0, 10) == 5
+
+
+def test_total():
+    assert total([1, 2, 3]) == 6
+
+
+def test_mean():
+    assert mean([2, 4]) == 3
+
+
+def test_mean_empty():
+    assert mean([]) == 0.0
+'''
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mini")
+    (root / "mini").mkdir()
+    (root / "mini" / "__init__.py").write_text("")
+    (root / "mini" / "core.py").write_text(LIB)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_core.py").write_text(TESTS)
+    (root / "pyproject.toml").write_text('[project]\nname = "mini"\nversion = "0"\ndependencies = []\n')
+    return root
+
+
+def test_layout_detection(project, tmp_path):
+    layout = detect_layout(project)
+    assert layout.test_paths == ["tests"] and "pytest" in layout.test_command
+    assert detect_layout(tmp_path) is None
+    (tmp_path / "setup.cfg").write_text("[options]\ninstall_requires =\n    attrs>=20\n    six; python_version<'3.0'\n")
+    assert declared_requirements(tmp_path) == ["attrs>=20"]
+
+
+def test_folder_source_becomes_a_deterministic_git_repo(project):
+    one, two = materialize(str(project)), materialize(str(project))
+    assert one.head == two.head and (one.path / ".git").is_dir()
+    with pytest.raises(ConfigError, match="exact version"):
+        materialize("pypi:requests")
+    with pytest.raises(ConfigError, match="not a folder"):
+        materialize("/no/such/place")
+
+
+def test_generate_keeps_only_caught_mutations_and_they_validate(project):
+    config = GenerateConfig(max_tasks=4, seed=3, sandbox="local", baseline_runs=2)
+    tasks, stats = generate(str(project), config)
+    assert 1 <= len(tasks) <= 4 and stats["kept"] == len(tasks)
+    assert stats["baseline_passing"] == 6 and stats["tried"] >= len(tasks)
+    factory = sandbox_factory("local", tasks[0].setup, SandboxConfig(run_id="pytest-taskgen"))
+    for task in tasks:
+        assert task.FAIL_TO_PASS and set(task.FAIL_TO_PASS).isdisjoint(task.PASS_TO_PASS)
+        assert set(task.FAIL_TO_PASS) | set(task.PASS_TO_PASS) == {
+            f"tests/test_core.py::{n}" for n in ("test_clamp_low", "test_clamp_high", "test_clamp_inside",
+                                                  "test_total", "test_mean", "test_mean_empty")}
+        assert "untested" not in json.dumps(task.extra["taskgen"]["functions"])  # no test reaches it
+        assert task.patch.startswith("diff --git") and "mini/core.py" in task.patch
+        assert "-" not in [line[:1] for line in task.problem_statement.splitlines() if "def " in line]
+        assert 1 <= task.difficulty <= 5
+        verdict = validate_task(task, factory, runs=2)
+        assert verdict.ok, (task.instance_id, verdict.problems)
+    again, _ = generate(str(project), config)
+    assert [t.instance_id for t in again] == [t.instance_id for t in tasks]  # deterministic with a seed
+
+
+def test_a_project_whose_tests_cannot_import_gets_a_clear_reason(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text("import no_such_dependency_xyz\n\ndef test_x():\n    pass\n")
+    with pytest.raises(SourceNotUsable, match="missing dependency: ModuleNotFoundError: No module named "
+                                              "'no_such_dependency_xyz'"):
+        generate(str(tmp_path), GenerateConfig(sandbox="local", baseline_runs=1))
+
+
+def test_explain_failure():
+    assert explain_failure("ERROR collecting tests/test_a.py\n") == "collection error in: tests/test_a.py"
+    assert explain_failure("").startswith("no test passed")
