@@ -127,3 +127,20 @@ def test_a_project_whose_tests_cannot_import_gets_a_clear_reason(tmp_path):
 def test_explain_failure():
     assert explain_failure("ERROR collecting tests/test_a.py\n") == "collection error in: tests/test_a.py"
     assert explain_failure("").startswith("no test passed")
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_a_real_pypi_project_gives_validated_tasks():
+    """The whole path on a real sdist: pip download, commit, baseline in Docker, mutate, validate."""
+    from tests.conftest import require_backend
+    require_backend("docker")
+    source = "pypi:inflection==0.5.1"
+    repo = materialize(source)
+    assert materialize(source).head == repo.head and (repo.path / "inflection").exists()
+    tasks, stats = generate(source, GenerateConfig(max_tasks=3, seed=1, sandbox="docker"))
+    assert len(tasks) == 3 and stats["baseline_passing"] > 100
+    factory = sandbox_factory("docker", tasks[0].setup, SandboxConfig(run_id="pytest-taskgen"))
+    for task in tasks:
+        verdict = validate_task(task, factory)
+        assert verdict.ok, (task.instance_id, verdict.problems, verdict.infra_errors)

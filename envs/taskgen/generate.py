@@ -13,7 +13,6 @@ the gold patch is the reverse diff.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import subprocess
 import tempfile
@@ -24,10 +23,10 @@ from typing import Callable
 from envs.errors import ConfigError, InfraError
 from envs.sandbox import SandboxConfig, default_backend, sandbox_factory
 from envs.sandbox.testrun import run_tests
-from envs.tasks.repos import RepoSnapshot
+from envs.tasks.repos import RepoSnapshot, fixed_git
 from envs.tasks.schema import Task
 from envs.taskgen.layout import Layout, detect_layout
-from envs.taskgen.sources import GIT_ENV, SourceRepo, git, materialize
+from envs.taskgen.sources import SourceRepo, git, materialize
 
 
 class SourceNotUsable(ConfigError):
@@ -255,13 +254,10 @@ def _snapshot(repo: Path, commit: str) -> RepoSnapshot:
 def _commit_mutation(repo: SourceRepo, mutated: dict[str, bytes], mutations) -> str:
     """Commit the mutated files on top of HEAD without touching the work tree (plumbing, fixed dates)."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, **GIT_ENV, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
 
         def run(*args, input=None):
-            proc = subprocess.run(["git", "-C", str(repo.path), *args], input=input, capture_output=True, env=env)
-            if proc.returncode != 0:
-                raise InfraError("taskgen.commit", proc.stderr.decode(errors="replace"))
-            return proc.stdout.decode().strip()
+            return fixed_git(repo.path, *args, input=input, where="taskgen.commit", env=index).strip()
 
         run("read-tree", repo.head)
         for path, text in mutated.items():

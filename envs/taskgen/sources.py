@@ -9,7 +9,6 @@ same version gives the same commit everywhere.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 import subprocess
@@ -20,15 +19,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.errors import ConfigError, InfraError
-from envs.tasks.repos import cache_dir
+from envs.errors import ConfigError
+from envs.tasks.repos import cache_dir, fixed_git
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "repogym", "GIT_AUTHOR_EMAIL": "taskgen@repogym.invalid",
-    "GIT_COMMITTER_NAME": "repogym", "GIT_COMMITTER_EMAIL": "taskgen@repogym.invalid",
-    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000",
-    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-}
 _PYPI = re.compile(r"^pypi:([A-Za-z0-9_.\-]+)==([A-Za-z0-9_.\-+!]+)$")
 _IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".pytest_cache", "*.egg-info", ".tox", ".venv")
 
@@ -47,11 +40,8 @@ class SourceRepo:
 
 
 def git(repo: Path, *args: str, input: bytes | None = None) -> str:
-    """Run git with repogym's fixed identity; raise :class:`InfraError` with git's message on failure."""
-    proc = subprocess.run(["git", "-C", str(repo), *args], input=input, capture_output=True, env={**os.environ, **GIT_ENV})
-    if proc.returncode != 0:
-        raise InfraError("taskgen.git", f"git {' '.join(args[:3])}: {proc.stderr.decode(errors='replace').strip()}")
-    return proc.stdout.decode(errors="replace")
+    """git in ``repo`` with repogym's fixed identity and dates."""
+    return fixed_git(repo, *args, input=input, where="taskgen.git")
 
 
 def materialize(source: str) -> SourceRepo:

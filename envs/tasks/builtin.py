@@ -24,16 +24,10 @@ import uuid
 from pathlib import Path
 
 from envs.errors import ConfigError, InfraError
-from envs.tasks.repos import cache_dir
+from envs.tasks.repos import cache_dir, fixed_git
 from envs.tasks.schema import DEFAULT_TEST_COMMAND, Task
 from envs.tasks.suites import task_repos_dir
 
-_GIT_ENV = {
-    "GIT_AUTHOR_NAME": "repogym", "GIT_AUTHOR_EMAIL": "tasks@repogym.invalid",
-    "GIT_COMMITTER_NAME": "repogym", "GIT_COMMITTER_EMAIL": "tasks@repogym.invalid",
-    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000",
-    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-}
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", "*.egg-info")
 REPORT_PLUGIN_DIR = Path(__file__).resolve().parents[1] / "sandbox" / "inside"
 
@@ -45,11 +39,7 @@ def project_names() -> list[str]:
 
 
 def _git(repo: Path, *args: str, input: bytes | None = None) -> str:
-    env = {**os.environ, **_GIT_ENV}
-    proc = subprocess.run(["git", "-C", str(repo), *args], input=input, capture_output=True, env=env)
-    if proc.returncode != 0:
-        raise InfraError("tasks.builtin", f"git {' '.join(args)} failed: {proc.stderr.decode(errors='replace').strip()}")
-    return proc.stdout.decode()
+    return fixed_git(repo, *args, input=input, where="tasks.builtin")
 
 
 def _source_hash(src: Path) -> str:

@@ -17,6 +17,25 @@ from envs.errors import ConfigError, InfraError
 from envs.tasks.schema import Task
 
 
+# Fixed identity and dates: repositories repogym builds get the same commit ids on every machine.
+FIXED_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "repogym", "GIT_AUTHOR_EMAIL": "tasks@repogym.invalid",
+    "GIT_COMMITTER_NAME": "repogym", "GIT_COMMITTER_EMAIL": "tasks@repogym.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000",
+    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+}
+
+
+def fixed_git(repo: Path | str, *args: str, input: bytes | None = None, where: str = "tasks.repos",
+              env: dict[str, str] | None = None) -> str:
+    """Run git in ``repo`` with :data:`FIXED_GIT_ENV`; :class:`InfraError` (naming ``where``) with git's message."""
+    proc = subprocess.run(["git", "-C", str(repo), *args], input=input, capture_output=True,
+                          env={**os.environ, **FIXED_GIT_ENV, **(env or {})})
+    if proc.returncode != 0:
+        raise InfraError(where, f"git {' '.join(args[:3])} failed: {proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout.decode(errors="replace")
+
+
 def cache_dir() -> Path:
     """repogym's cache (``REPOGYM_CACHE``, default ``~/.cache/repogym``)."""
     path = Path(os.environ.get("REPOGYM_CACHE") or Path.home() / ".cache" / "repogym")
