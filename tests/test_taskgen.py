@@ -144,3 +144,17 @@ def test_a_real_pypi_project_gives_validated_tasks():
     for task in tasks:
         verdict = validate_task(task, factory)
         assert verdict.ok, (task.instance_id, verdict.problems, verdict.infra_errors)
+
+
+def test_a_mutation_that_hangs_the_tests_is_dropped_not_fatal(tmp_path):
+    (tmp_path / "loop").mkdir()
+    (tmp_path / "loop" / "__init__.py").write_text("")
+    # Dropping `n -= 1` loops forever; dropping `n = n` changes nothing. Neither may become a task.
+    (tmp_path / "loop" / "core.py").write_text(
+        "def countdown(n):\n    while n > 0:\n        n -= 1\n        n = n\n    return 3\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_loop.py").write_text(
+        "from loop.core import countdown\n\ndef test_countdown():\n    assert countdown(3) == 3\n")
+    config = GenerateConfig(sandbox="local", baseline_runs=1, mutant_timeout_min=2.0, operators=("drop_statement",))
+    tasks, stats = generate(str(tmp_path), config)
+    assert tasks == [] and stats["tried"] == 2 and stats["timeouts"] == 1

@@ -14,6 +14,12 @@ from envs.errors import InfraError
 from envs.sandbox.base import Sandbox
 
 
+class TestRunTimeout(InfraError):
+    """The test run passed its time limit (the harness's timeout, not the sandbox's failure)."""
+
+    __test__ = False  # not a pytest test class
+
+
 def run_tests(sandbox: Sandbox, test_command: str, files: list[str] | None = None, *,
               timeout: float = 900.0) -> tuple[dict[str, str], str]:
     """Run tests with the report plugin; returns ``({test id: outcome}, output tail)``.
@@ -30,7 +36,7 @@ def run_tests(sandbox: Sandbox, test_command: str, files: list[str] | None = Non
     result = sandbox.run(command, timeout=timeout, env=env, output_limit=256 * 1024)
     log = (result.stdout + result.stderr)[-4000:]
     if result.timed_out:
-        raise InfraError("rewards.run_tests", f"tests ran past the harness timeout of {timeout:.0f}s")
+        raise TestRunTimeout("sandbox.run_tests", f"tests ran past the harness timeout of {timeout:.0f}s")
     raw = sandbox.run(f"cat {report} && rm -f {report}", timeout=60, output_limit=16 << 20)
     try:
         data = json.loads(raw.stdout) if raw.ok else {}

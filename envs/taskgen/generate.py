@@ -16,13 +16,14 @@ import hashlib
 import re
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from envs.errors import ConfigError, InfraError
 from envs.sandbox import SandboxConfig, default_backend, sandbox_factory
-from envs.sandbox.testrun import run_tests
+from envs.sandbox.testrun import TestRunTimeout, run_tests
 from envs.tasks.repos import RepoSnapshot, fixed_git
 from envs.tasks.schema import Task
 from envs.taskgen.layout import Layout, detect_layout
@@ -48,9 +49,16 @@ class GenerateConfig:
     baseline_runs: int = 3
     """Baseline suite runs; a test whose status changes is flaky and excluded."""
     test_timeout: float = 600.0
-    """Seconds one test run may take."""
+    """Seconds a baseline run may take."""
+    mutant_timeout_factor: float = 5.0
+    """A mutant's test run may take this many times the slowest baseline run (at least ``mutant_timeout_min``);
+    past that the mutation (an endless loop, say) is dropped."""
+    mutant_timeout_min: float = 30.0
+    """Floor of a mutant's test-run timeout, in seconds."""
     sandbox: str | None = None
     """Backend; ``None``: docker when a daemon answers, else local (the host's python must have the deps)."""
+    operators: tuple[str, ...] | None = None
+    """Mutation operators to use (default: all of :data:`envs.taskgen.mutations.OPERATORS`)."""
     pip: list[str] = field(default_factory=list)
     """Extra packages the image needs (beyond the declared requirements), e.g. test-only dependencies."""
     rewrite_problem: Callable[[Task, str], str] | None = None
@@ -67,7 +75,7 @@ def generate(source: str, config: GenerateConfig | None = None,
              progress: Callable[[str, int, int], None] | None = None) -> tuple[list[Task], dict]:
     """Generate tasks from ``source``; returns ``(tasks, stats)``."""
     from envs.analysis import RepoIndex
-    from envs.taskgen.mutations import dedupe, find_mutations, sample_mutations
+    from envs.taskgen.mutations import OPERATORS, dedupe, find_mutations, sample_mutations
 
     config = config or GenerateConfig()
     repo = materialize(source)
@@ -83,12 +91,13 @@ def generate(source: str, config: GenerateConfig | None = None,
     stats = {"source": source, "backend": backend, "candidates": 0, "tried": 0, "kept": 0, "no_failure": 0}
     try:
         sandbox.load(_snapshot(repo.path, repo.head))
-        passing, flaky = baseline(sandbox, layout, config)
-        stats.update(baseline_passing=len(passing), flaky=len(flaky))
+        passing, flaky, slowest = baseline(sandbox, layout, config)
+        mutant_timeout = max(config.mutant_timeout_min, config.mutant_timeout_factor * slowest)
+        stats.update(baseline_passing=len(passing), flaky=len(flaky), baseline_s=round(slowest, 2), timeouts=0)
         index = RepoIndex.from_folder(repo.path)
         sources = {s.file: (repo.path / s.file).read_bytes() for s in index.symbols.values()
                    if s.kind == "module" and not _is_test_file(s.file)}
-        all_mutations = dedupe([m for path, text in sorted(sources.items()) for m in find_mutations(path, text)])
+        all_mutations = dedupe([m for path, text in sorted(sources.items()) for m in find_mutations(path, text, config.operators or OPERATORS)])
         covering = {}
         for mutation in all_mutations:
             if mutation.function not in covering:
@@ -109,7 +118,12 @@ def generate(source: str, config: GenerateConfig | None = None,
             if key in seen_functions:
                 continue  # one task per function set keeps the suite varied
             stats["tried"] += 1
-            task = _try(repo, layout, setup, sandbox, mutations, sources, passing, covering, index, config)
+            try:
+                task = _try(repo, layout, setup, sandbox, mutations, sources, passing, covering, index, config,
+                            mutant_timeout)
+            except MutantTimeout:
+                stats["timeouts"] += 1
+                continue
             if progress:
                 progress(source, len(tasks) + (task is not None), config.max_tasks)
             if task is None:
@@ -123,18 +137,22 @@ def generate(source: str, config: GenerateConfig | None = None,
         sandbox.close()
 
 
-def baseline(sandbox, layout: Layout, config: GenerateConfig) -> tuple[set[str], set[str]]:
-    """Tests passing in every baseline run, and flaky ones; :class:`SourceNotUsable` when none pass."""
-    runs, log = [], ""
+def baseline(sandbox, layout: Layout, config: GenerateConfig) -> tuple[set[str], set[str], float]:
+    """Tests passing in every baseline run, flaky ones, and the slowest run's seconds.
+
+    Raises :class:`SourceNotUsable` when no test passes."""
+    runs, log, slowest = [], "", 0.0
     for _ in range(config.baseline_runs):
+        start = time.monotonic()
         outcomes, log = run_tests(sandbox, layout.test_command, layout.test_paths, timeout=config.test_timeout)
+        slowest = max(slowest, time.monotonic() - start)
         runs.append(outcomes)
     every = set().union(*runs)
     flaky = {t for t in every if len({r.get(t) for r in runs}) > 1}
     passing = {t for t in every if all(r.get(t) == "passed" for r in runs)}
     if not passing:
         raise SourceNotUsable("the baseline test suite does not run: " + explain_failure(log))
-    return passing, flaky
+    return passing, flaky, slowest
 
 
 def explain_failure(log: str) -> str:
@@ -162,7 +180,11 @@ def _partner(first, order, index):
     return None
 
 
-def _try(repo: SourceRepo, layout, setup, sandbox, mutations, sources, passing, covering, index, config):
+class MutantTimeout(Exception):
+    """A mutant's tests ran past their time: the mutation is dropped."""
+
+
+def _try(repo: SourceRepo, layout, setup, sandbox, mutations, sources, passing, covering, index, config, timeout):
     from envs.taskgen.mutations import combine, parses_cleanly
     try:
         mutated = combine({m.file: sources[m.file] for m in mutations}, mutations)
@@ -174,16 +196,19 @@ def _try(repo: SourceRepo, layout, setup, sandbox, mutations, sources, passing, 
         for path, text in mutated.items():
             sandbox.write_file(path, text)
         targeted = sorted(set().union(*(covering[m.function] for m in mutations)))
-        quick, _ = run_tests(sandbox, layout.test_command, sorted({t.split("::")[0] for t in targeted}),
-                             timeout=config.test_timeout)
-        if all(quick.get(t) == "passed" for t in targeted):
-            return None
-        full, log = run_tests(sandbox, layout.test_command, layout.test_paths, timeout=config.test_timeout)
+        try:
+            quick, _ = run_tests(sandbox, layout.test_command, sorted({t.split("::")[0] for t in targeted}),
+                                 timeout=timeout)
+            if all(quick.get(t) == "passed" for t in targeted):
+                return None
+            full, log = run_tests(sandbox, layout.test_command, layout.test_paths, timeout=timeout)
+        except TestRunTimeout as exc:
+            raise MutantTimeout() from exc
         f2p = sorted(t for t in passing if full.get(t) != "passed")
         p2p = sorted(t for t in passing if full.get(t) == "passed")
         if not f2p or not full:
             return None
-        statement = problem_statement(sandbox, layout, f2p, config)
+        statement = problem_statement(sandbox, layout, f2p, timeout)
     finally:
         sandbox.reset()
     base = _commit_mutation(repo, mutated, mutations)
@@ -200,11 +225,11 @@ def _try(repo: SourceRepo, layout, setup, sandbox, mutations, sources, passing, 
     return task
 
 
-def problem_statement(sandbox, layout: Layout, f2p: list[str], config: GenerateConfig) -> str:
+def problem_statement(sandbox, layout: Layout, f2p: list[str], timeout: float) -> str:
     """From the failing tests only: their names and assertion messages (never the code that broke)."""
     shown = f2p[:8]
     result = sandbox.run(f"{layout.test_command} --tb=line -rN " + " ".join(_quote(t) for t in shown),
-                         timeout=config.test_timeout, output_limit=64 * 1024)
+                         timeout=timeout, output_limit=64 * 1024)
     messages = []
     for line in (result.stdout + result.stderr).splitlines():
         line = line.strip()
