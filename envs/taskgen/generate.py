@@ -57,6 +57,9 @@ class GenerateConfig:
     """Floor of a mutant's test-run timeout, in seconds."""
     sandbox: str | None = None
     """Backend; ``None``: docker when a daemon answers, else local (the host's python must have the deps)."""
+    max_file_bytes: int = 256 * 1024
+    """Files larger than this (generated tables, vendored data) are not mutated: every candidate re-parses
+    its file, and bugs in data are not the tasks we want."""
     operators: tuple[str, ...] | None = None
     """Mutation operators to use (default: all of :data:`envs.taskgen.mutations.OPERATORS`)."""
     pip: list[str] = field(default_factory=list)
@@ -96,7 +99,8 @@ def generate(source: str, config: GenerateConfig | None = None,
         stats.update(baseline_passing=len(passing), flaky=len(flaky), baseline_s=round(slowest, 2), timeouts=0)
         index = RepoIndex.from_folder(repo.path)
         sources = {s.file: (repo.path / s.file).read_bytes() for s in index.symbols.values()
-                   if s.kind == "module" and not _is_test_file(s.file)}
+                   if s.kind == "module" and not _is_test_file(s.file)
+                   and (repo.path / s.file).stat().st_size <= config.max_file_bytes}
         all_mutations = dedupe([m for path, text in sorted(sources.items()) for m in find_mutations(path, text, config.operators or OPERATORS)])
         covering = {}
         for mutation in all_mutations:
