@@ -57,7 +57,7 @@ class GenerateConfig:
     """Floor of a mutant's test-run timeout, in seconds."""
     sandbox: str | None = None
     """Backend; ``None``: docker when a daemon answers, else local (the host's python must have the deps)."""
-    max_file_bytes: int = 256 * 1024
+    max_file_bytes: int = 96 * 1024
     """Files larger than this (generated tables, vendored data) are not mutated: every candidate re-parses
     its file, and bugs in data are not the tasks we want."""
     operators: tuple[str, ...] | None = None
