@@ -100,6 +100,7 @@ def test_generate_keeps_only_caught_mutations_and_they_validate(project):
     tasks, stats = generate(str(project), config)
     assert 1 <= len(tasks) <= 4 and stats["kept"] == len(tasks)
     assert stats["baseline_passing"] == 6 and stats["tried"] >= len(tasks)
+    assert stats["candidates"] > 0
     factory = sandbox_factory("local", tasks[0].setup, SandboxConfig(run_id="pytest-taskgen"))
     for task in tasks:
         assert task.FAIL_TO_PASS and set(task.FAIL_TO_PASS).isdisjoint(task.PASS_TO_PASS)

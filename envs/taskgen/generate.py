@@ -57,9 +57,11 @@ class GenerateConfig:
     """Floor of a mutant's test-run timeout, in seconds."""
     sandbox: str | None = None
     """Backend; ``None``: docker when a daemon answers, else local (the host's python must have the deps)."""
-    max_file_bytes: int = 96 * 1024
-    """Files larger than this (generated tables, vendored data) are not mutated: every candidate re-parses
-    its file, and bugs in data are not the tasks we want."""
+    max_file_bytes: int = 512 * 1024
+    """Files larger than this are not mutated (every candidate re-parses its file)."""
+    max_numbers_per_file: int = 5000
+    """Files with more numeric literals than this are data tables (e.g. idna's uts46data.py), not mutated:
+    bugs in data are not the tasks we want, and each literal would be a candidate."""
     operators: tuple[str, ...] | None = None
     """Mutation operators to use (default: all of :data:`envs.taskgen.mutations.OPERATORS`)."""
     pip: list[str] = field(default_factory=list)
@@ -99,14 +101,17 @@ def generate(source: str, config: GenerateConfig | None = None,
         stats.update(baseline_passing=len(passing), flaky=len(flaky), baseline_s=round(slowest, 2), timeouts=0)
         index = RepoIndex.from_folder(repo.path)
         sources = {s.file: (repo.path / s.file).read_bytes() for s in index.symbols.values()
-                   if s.kind == "module" and not _is_test_file(s.file)
-                   and (repo.path / s.file).stat().st_size <= config.max_file_bytes}
+                   if s.kind == "module" and not _is_test_file(s.file)}
+        sources = {path: text for path, text in sources.items() if not _is_data_table(text, config)}
         all_mutations = dedupe([m for path, text in sorted(sources.items()) for m in find_mutations(path, text, config.operators or OPERATORS)])
         covering = {}
         for mutation in all_mutations:
             if mutation.function not in covering:
-                covering[mutation.function] = {t.test_id for t in index.tests_reaching([mutation.function])} & passing
-        order = sample_mutations([m for m in all_mutations if covering[m.function]], config.max_candidates, config.seed)
+                reached = {t.test_id for t in index.tests_reaching([mutation.function])} & passing
+                # No statically known test (say, reached through a star import): every passing test is a
+                # candidate, so the quick run is the whole suite.
+                covering[mutation.function] = reached or set(passing)
+        order = sample_mutations(all_mutations, config.max_candidates, config.seed)
         stats["candidates"] = len(order)
         tasks: list[Task] = []
         seen_functions: set[tuple] = set()
@@ -265,6 +270,13 @@ def difficulty(mutations, f2p: list[str], index) -> int:
 def _quote(text: str) -> str:
     import shlex
     return shlex.quote(text)
+
+
+def _is_data_table(text: bytes, config: GenerateConfig) -> bool:
+    return len(text) > config.max_file_bytes or len(_NUMBER.findall(text)) > config.max_numbers_per_file
+
+
+_NUMBER = re.compile(rb"\b(?:0[xX][0-9a-fA-F]+|\d+)\b")
 
 
 def _is_test_file(path: str) -> bool:
