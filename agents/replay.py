@@ -14,8 +14,8 @@ class ReplayAgent:
         if actions is None and path is None:
             raise ValueError("ReplayAgent needs actions=[...] or path=TRAJECTORY.jsonl")
         if actions is None:
-            actions = [json.loads(line)["action"] for line in Path(path).read_text().splitlines()
-                       if line.strip() and "action" in json.loads(line)]
+            records = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+            actions = [r["action"] for r in records if r.get("type") == "step"]
         self.actions = list(actions)
         self._queue: list[str] = []
 

@@ -50,3 +50,19 @@ def test_help_lists_every_command(capsys):
     out = capsys.readouterr().out
     for command in ("tasks", "validate", "demo", "images", "gc"):
         assert command in out
+
+
+def test_replay_agent_plays_back_a_trajectory(tmp_path, tiny_task):
+    import gymnasium as gym
+
+    from agents import make_agent
+    from agents.rollout import run_episode
+    env = gym.make("repogym/RepoTask-v0", task=tiny_task, sandbox="local", max_turns=5)
+    try:
+        oracle = make_agent("oracle", tasks=[tiny_task])
+        first = run_episode(env, oracle, agent_name="oracle", trajectory=tmp_path / "t.jsonl")
+        replay = make_agent("replay", path=str(tmp_path / "t.jsonl"))
+        again = run_episode(env, replay, agent_name="replay")
+        assert first.status == again.status == "resolved" and again.turns == first.turns == 2
+    finally:
+        env.close()
