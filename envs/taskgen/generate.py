@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import hashlib
 import re
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from envs.errors import ConfigError, InfraError
+from envs.errors import ConfigError
 from envs.sandbox import SandboxConfig, default_backend, sandbox_factory
 from envs.sandbox.testrun import TestRunTimeout, run_tests
-from envs.tasks.repos import RepoSnapshot, fixed_git
+from envs.tasks.repos import fixed_git, snapshot_of
 from envs.tasks.schema import Task
 from envs.taskgen.layout import Layout, detect_layout
 from envs.taskgen.sources import SourceRepo, git, materialize
@@ -95,7 +94,7 @@ def generate(source: str, config: GenerateConfig | None = None,
     sandbox = sandbox_factory(backend, setup, sandbox_config)()
     stats = {"source": source, "backend": backend, "candidates": 0, "tried": 0, "kept": 0, "no_failure": 0}
     try:
-        sandbox.load(_snapshot(repo.path, repo.head))
+        sandbox.load(snapshot_of(str(repo.path), repo.head))
         passing, flaky, slowest = baseline(sandbox, layout, config)
         mutant_timeout = max(config.mutant_timeout_min, config.mutant_timeout_factor * slowest)
         stats.update(baseline_passing=len(passing), flaky=len(flaky), baseline_s=round(slowest, 2), timeouts=0)
@@ -283,13 +282,6 @@ def _is_test_file(path: str) -> bool:
     name = path.rsplit("/", 1)[-1]
     return (name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
             or any(part in ("tests", "test", "testing") for part in path.split("/")[:-1]))
-
-
-def _snapshot(repo: Path, commit: str) -> RepoSnapshot:
-    proc = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit], capture_output=True)
-    if proc.returncode != 0:
-        raise InfraError("taskgen.snapshot", proc.stderr.decode(errors="replace"))
-    return RepoSnapshot(key=f"{repo}@{commit}", tar=proc.stdout)
 
 
 def _commit_mutation(repo: SourceRepo, mutated: dict[str, bytes], mutations) -> str:

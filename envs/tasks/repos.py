@@ -88,11 +88,12 @@ def _resolve(source: str) -> Path:
 
 def snapshot(task: Task) -> RepoSnapshot:
     """The tree at the task's base commit."""
-    return _snapshot(str(repo_path(task)), task.base_commit)
+    return snapshot_of(str(repo_path(task)), task.base_commit)
 
 
 @functools.lru_cache(maxsize=64)
-def _snapshot(repo: str, commit: str) -> RepoSnapshot:
+def snapshot_of(repo: str, commit: str) -> RepoSnapshot:
+    """The tree of ``repo`` at ``commit`` (cached)."""
     proc = subprocess.run(["git", "-C", repo, "archive", "--format=tar", commit], capture_output=True)
     if proc.returncode != 0:
         raise InfraError("tasks.repos", f"git archive {commit} in {repo} failed: {proc.stderr.decode(errors='replace').strip()}")
