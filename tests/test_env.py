@@ -30,7 +30,9 @@ def test_check_env_passes_on_the_registered_id(backend, tiny_task):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             check_env(environment.unwrapped, skip_render_check=True)
-        assert [str(w.message) for w in caught] == []  # as Gymnasium's own env tests: no unexpected warnings
+        # As Gymnasium's own env tests: no checker warnings. (ResourceWarnings of objects that earlier tests
+        # left to the garbage collector may land here; they are not about this env.)
+        assert [str(w.message) for w in caught if not issubclass(w.category, ResourceWarning)] == []
     finally:
         environment.close()
 

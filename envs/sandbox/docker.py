@@ -127,10 +127,12 @@ class DockerSandbox(RunnerClient):
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def _shutdown(self) -> None:
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+        for stream in (getattr(self, "_stream", None), getattr(self, "_sock", None)):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
         self._remove()
 
     def _remove(self) -> None:
