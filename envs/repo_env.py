@@ -183,7 +183,6 @@ class RepoTaskEnv(gym.Env):
         self._grading_pool(self.task)  # start warming grading sandboxes while the agent works
         self.turn, self.well_formed, self._done = 0, 0, False
         self.ctx = ToolContext(self._sandbox, self.task, self.config.command_timeout, self.config.max_command_timeout)
-        self._base_hash = hash("")
         obs = self._intro(self.task)
         self._last_obs = obs
         info = {"task_id": self.task.instance_id, "repo": self.task.repo, "difficulty": self.task.difficulty,
@@ -243,11 +242,11 @@ class RepoTaskEnv(gym.Env):
         return obs, float(reward), terminated, truncated, {k: v for k, v in info.items() if v is not None}
 
     def _note_edit(self) -> None:
-        # "Last edit" means the diff changed, whatever tool did it (bash included).
-        digest = hash(self._sandbox.diff())
-        if digest != self.ctx.notes.get("diff_hash", self._base_hash):
+        # "Last edit" means the repository's content changed, whatever tool did it (bash included).
+        tree = self._sandbox.tree_id()
+        if tree != self.ctx.notes.get("tree_id", self._sandbox.base_tree):
             self.ctx.notes["last_edit_turn"] = self.turn
-        self.ctx.notes["diff_hash"] = digest
+        self.ctx.notes["tree_id"] = tree
 
     def _finish(self, why: str, info: dict[str, Any]) -> tuple[str, float]:
         """Grade the diff; fill ``info`` with eval, analysis and reward components; return (obs, reward)."""

@@ -103,6 +103,8 @@ class RunnerClient:
     def __init__(self, config: SandboxConfig | None = None):
         self.config = config or SandboxConfig()
         self.snapshot_key: str | None = None
+        self.base_tree: str | None = None
+        """:meth:`tree_id` of the base commit (set by :meth:`load`)."""
         self.dirty_reason: str | None = None
         """Set when a reset cannot be trusted to restore the sandbox (dead runner, failed request)."""
         self._lock = threading.Lock()
@@ -145,8 +147,8 @@ class RunnerClient:
         return answer
 
     def load(self, snapshot: RepoSnapshot) -> None:
-        self.request("load", tar=base64.b64encode(snapshot.tar).decode(), wait=120)
-        self.snapshot_key = snapshot.key
+        answer = self.request("load", tar=base64.b64encode(snapshot.tar).decode(), wait=120)
+        self.snapshot_key, self.base_tree = snapshot.key, answer["tree"]
 
     def run(self, command: str, *, timeout: float | None = None, cwd: str | None = None,
             output_limit: int | None = None, env: dict[str, str] | None = None) -> CommandResult:
@@ -174,6 +176,10 @@ class RunnerClient:
 
     def diff(self) -> str:
         return self.request("diff")["diff"]
+
+    def tree_id(self) -> str:
+        """A fingerprint of the working tree's content: it changes exactly when :meth:`diff` would."""
+        return self.request("tree")["tree"]
 
     def close(self) -> None:
         if not self._closed:
