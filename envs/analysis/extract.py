@@ -30,6 +30,16 @@ _PARSER = Parser(PY_LANGUAGE)
 VAR = ("var",)  # a name bound to a value we do not track (assignment, parameter, loop variable)
 MODULE_SCOPE = -1
 
+# Names bound by assignments and for loops; shared with the mutation operators (envs.taskgen.mutations).
+STORE_PATTERNS = """
+(assignment left: (identifier) @store)
+(assignment left: (pattern_list (identifier) @store))
+(assignment left: (tuple_pattern (identifier) @store))
+(augmented_assignment left: (identifier) @store)
+(for_statement left: (identifier) @store)
+(for_statement left: (pattern_list (identifier) @store))
+"""
+
 _QUERY = Query(PY_LANGUAGE, """
 (function_definition) @def
 (class_definition) @def
@@ -52,12 +62,7 @@ _QUERY = Query(PY_LANGUAGE, """
 (expression_list (identifier) @name)
 (lambda body: (identifier) @name)
 (conditional_expression (identifier) @name)
-(assignment left: (identifier) @store)
-(assignment left: (pattern_list (identifier) @store))
-(assignment left: (tuple_pattern (identifier) @store))
-(augmented_assignment left: (identifier) @store)
-(for_statement left: (identifier) @store)
-(for_statement left: (pattern_list (identifier) @store))
+""" + STORE_PATTERNS + """
 (for_in_clause left: (identifier) @store)
 (for_in_clause left: (pattern_list (identifier) @store))
 (as_pattern alias: (as_pattern_target (identifier) @store))

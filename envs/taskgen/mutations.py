@@ -22,7 +22,7 @@ from itertools import pairwise
 
 from tree_sitter import Node, Query, QueryCursor
 
-from envs.analysis.extract import PY_LANGUAGE, module_name, parse_source
+from envs.analysis.extract import PY_LANGUAGE, STORE_PATTERNS, module_name, parse_source
 
 OPERATORS = ("flip_comparison", "off_by_one", "swap_bool_op", "negate_condition", "change_constant",
              "drop_statement", "drop_early_return", "swap_arguments", "return_wrong_variable")
@@ -67,12 +67,7 @@ _QUERY = Query(PY_LANGUAGE, """
 (if_statement) @if
 (call arguments: (argument_list) @arguments)
 (return_statement) @return
-(assignment left: (identifier) @store)
-(assignment left: (pattern_list (identifier) @store))
-(assignment left: (tuple_pattern (identifier) @store))
-(augmented_assignment left: (identifier) @store)
-(for_statement left: (identifier) @store)
-(for_statement left: (pattern_list (identifier) @store))
+""" + STORE_PATTERNS + """
 (for_statement left: (tuple_pattern (identifier) @store))
 (as_pattern alias: (as_pattern_target (identifier) @store))
 (named_expression name: (identifier) @store)
