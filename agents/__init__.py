@@ -23,6 +23,8 @@ AGENTS = {
     "oracle": "agents.oracle:OracleAgent",
     "null": "agents.null:NullAgent",
     "replay": "agents.replay:ReplayAgent",
+    "llm": "agents.llm:LLMAgent",
+    "hf": "agents.hf:HFAgent.from_pretrained",
 }
 
 
@@ -30,8 +32,11 @@ def make_agent(name: str, **kwargs: Any) -> Agent:
     """An agent by registry name; a miss lists the valid names."""
     if name not in AGENTS:
         raise ConfigError(f"unknown agent {name!r}: expected one of {sorted(AGENTS)}")
-    module, cls = AGENTS[name].split(":")
-    return getattr(importlib.import_module(module), cls)(**kwargs)
+    module, attr = AGENTS[name].split(":")
+    target: Any = importlib.import_module(module)
+    for part in attr.split("."):  # "Class" or "Class.constructor"
+        target = getattr(target, part)
+    return target(**kwargs)
 
 
 __all__ = ["Agent", "AGENTS", "make_agent"]

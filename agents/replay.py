@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
+
+from agents.trajectory import read_trajectory
 
 
 class ReplayAgent:
-    """Replays ``actions`` (or the ``action`` fields of a trajectory JSONL at ``path``) for every episode."""
+    """Replays ``actions`` (or the actions of the trajectory file at ``path``) for every episode."""
 
     def __init__(self, actions: list[str] | None = None, path: str | None = None):
         if actions is None and path is None:
             raise ValueError("ReplayAgent needs actions=[...] or path=TRAJECTORY.jsonl")
         if actions is None:
-            records = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-            actions = [r["action"] for r in records if r.get("type") == "step"]
+            actions = read_trajectory(path).actions
         self.actions = list(actions)
         self._queue: list[str] = []
 

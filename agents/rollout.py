@@ -1,13 +1,12 @@
 """Running an agent in an environment for one episode, writing the trajectory as it goes.
 
-Trajectory format ``repogym.trajectory/1``: JSONL, a ``header`` line (task, agent), one ``step`` line per
-tool call (action, observation, reward, flags, info), and an ``end`` line (eval record, reward). Written
-line by line, so a crashed episode still leaves everything up to the crash.
+The trajectory format is described in :mod:`agents.trajectory`. An agent that fails on infrastructure
+(an unreachable model server: :class:`envs.errors.InfraError`) ends the episode as ``infra_error``,
+recorded with where it happened, never as a reward of 0.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -16,7 +15,8 @@ from typing import Any
 
 import gymnasium as gym
 
-TRAJECTORY_FORMAT = "repogym.trajectory/1"
+from agents.trajectory import TRAJECTORY_FORMAT, TokenSequence, Trajectory, TrajectoryWriter
+from envs.errors import InfraError
 
 
 @dataclass
@@ -30,6 +30,12 @@ class EpisodeResult:
     turns: int
     duration_s: float
     eval: dict[str, Any] = field(default_factory=dict)
+    tokens: TokenSequence | None = None
+    """For token-level agents: the episode's ids, loss mask and sampling logprobs."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """The last step's info (reward components, analysis, well-formed call count)."""
+    trajectory: Trajectory | None = None
+    """The episode's trajectory records, in memory (as written to the file)."""
 
     @property
     def infra_error(self) -> bool:
@@ -40,32 +46,53 @@ def run_episode(env: gym.Env, agent, *, task_id: str | None = None, seed: int | 
                 agent_name: str = "agent", trajectory: str | Path | None = None) -> EpisodeResult:
     """One episode of ``agent`` in ``env`` (a task by id, or the env's own pick)."""
     start = time.monotonic()
-    out = open(trajectory, "w", encoding="utf-8") if trajectory else None
+    out = TrajectoryWriter(trajectory)
+    kept = Trajectory({}, [], None)
 
     def write(record: dict[str, Any]) -> None:
-        if out:
-            out.write(json.dumps(record, default=str) + "\n")
-            out.flush()
-
+        out.write(record)
+        kind = record["type"]
+        if kind == "header":
+            kept.header = record
+        elif kind == "step":
+            kept.steps.append(record)
+        else:
+            kept.end = record
+    tokens = TokenSequence()
+    has_tokens = True
     try:
         obs, info = env.reset(seed=seed, options={"task_id": task_id} if task_id else None)
         write({"type": "header", "format": TRAJECTORY_FORMAT, "task_id": info["task_id"], "agent": agent_name,
-               "observation": obs})
-        agent.reset(obs, info)
+                   "seed": seed, "observation": obs})
+        agent.reset(obs, {**info, "seed": seed})
         reward, turns, done = 0.0, 0, False
         while not done:
-            action = agent.act(obs, info)
+            try:
+                action = agent.act(obs, info)
+            except InfraError as exc:
+                record = {"status": "infra_error", "error": {"where": exc.where, "message": exc.message}}
+                write({"type": "end", "status": "infra_error", "reward": float("nan"), "eval": record})
+                return EpisodeResult(info["task_id"], agent_name, "infra_error", float("nan"), turns,
+                                     time.monotonic() - start, record, None, info, kept)
+            turn = agent.turn_record() if hasattr(agent, "turn_record") else None
             obs, reward, terminated, truncated, info = env.step(action)
             turns += 1
             done = terminated or truncated
-            write({"type": "step", "turn": turns, "action": action, "observation": obs, "reward": reward,
-                   "terminated": terminated, "truncated": truncated,
-                   "info": {k: v for k, v in info.items() if k != "eval"}})
+            step = {"type": "step", "turn": turns, "action": action, "observation": obs, "reward": reward,
+                    "terminated": terminated, "truncated": truncated,
+                    "info": {k: v for k, v in info.items() if k != "eval"}}
+            if turn:
+                step["agent"] = turn
+            tok = (turn or {}).get("tokens")
+            if tok is None:
+                has_tokens = False
+            else:
+                tokens.add_turn(tok["prompt"], tok["completion"], tok["logprobs"], tok.get("version", 0))
+            write(step)
         record = info.get("eval", {})
         result = EpisodeResult(info["task_id"], agent_name, record.get("status", "unknown"), reward, turns,
-                               time.monotonic() - start, record)
+                               time.monotonic() - start, record, tokens if has_tokens and turns else None, info, kept)
         write({"type": "end", "status": result.status, "reward": reward, "eval": record})
         return result
     finally:
-        if out:
-            out.close()
+        out.close()

@@ -24,6 +24,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
+# torch first, pinned: an unpinned torch pulled in by another package would be a multi-GB CUDA build.
+# Where torch is already installed (a GPU machine with its CUDA build) it is kept.
+.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
 .venv/bin/python -m pip install -q -e ".[dev]"
 
 if docker info >/dev/null 2>&1; then

@@ -41,7 +41,7 @@ def test_demo_runs_oracle_and_null(tmp_path, capsys):
     assert "2/2 (100%)" in oracle_row and "0/2 (0%)" in null_row
     lines = (tmp_path / "oracle").glob("*.jsonl")
     first = [json.loads(line) for line in next(lines).read_text().splitlines()]
-    assert first[0]["format"] == "repogym.trajectory/1" and first[-1]["type"] == "end"
+    assert first[0]["format"] == "repogym.trajectory/2" and first[-1]["type"] == "end"
 
 
 def test_help_lists_every_command(capsys):

@@ -6,13 +6,13 @@ import argparse
 import sys
 
 from envs.errors import RepogymError
-from repogym.cli import analyze, demo, images, tasks, validate
+from repogym.cli import analyze, demo, images, tasks, train, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="repogym", description="Coding-agent gym over real repositories.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (tasks, validate, demo, analyze, images):
+    for module in (tasks, validate, demo, analyze, images, train):
         module.add_parser(sub)
     return parser
 

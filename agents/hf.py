@@ -1,0 +1,228 @@
+"""A local transformers causal LM as an agent, tracking the exact tokens it was fed and generated.
+
+The conversation is kept as token ids, not re-rendered text: each turn the model is fed the ids so far,
+its completion is appended as generated tokens (loss mask 1), then the tool output wrapped by the chat
+template (loss mask 0). What the model saw is therefore exactly what the trajectory records, which is
+what the trainer needs (a completion is trained in the context it was sampled in).
+
+The chat template decides the wrapping. :class:`ChatFormat` reads it off the tokenizer once by rendering
+a conversation with marker strings, so any template that renders turns by appending (Qwen, Llama,
+the tiny model's own) works without code for each model.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.policy import Completion, Engine, SamplingParams
+from envs.actions import parse_action
+from envs.errors import ConfigError
+from envs.tools.base import ToolError
+
+DEFAULT_SYSTEM_PROMPT = ("You are a software engineer fixing an issue in a repository. Each turn, call exactly "
+                         "one tool inside <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.")
+_A, _T = "\x00ASSISTANT\x00", "\x00TOOL\x00"
+
+
+class HFEngine:
+    """transformers ``generate`` on a local model (CPU or one GPU); one prompt at a time, seeded per request."""
+
+    def __init__(self, model, device: str | None = None):
+        import torch
+
+        self.model = model.eval()
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.model.to(self.device)
+        self.version = 0
+        # Seeding uses torch's global RNG: one request at a time keeps a seeded request reproducible.
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_pretrained(cls, path: str, dtype: str = "auto", device: str | None = None) -> "HFEngine":
+        """An engine for a model folder (``config.json`` + weights); nothing is downloaded."""
+        from transformers import AutoModelForCausalLM
+
+        return cls(AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True), device)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
+        return [self._one(p, params) for p in prompts]
+
+    def _one(self, prompt: list[int], params: SamplingParams) -> Completion:
+        import torch
+
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        max_new = params.max_new_tokens if not limit else min(params.max_new_tokens, limit - len(prompt))
+        if max_new <= 0:
+            return Completion([], [], "length")
+        sample = params.temperature > 0
+        kwargs: dict[str, Any] = {"do_sample": sample, "max_new_tokens": max_new, "output_logits": True,
+                                  "return_dict_in_generate": True,
+                                  "eos_token_id": list(params.stop_token_ids) or None,
+                                  "pad_token_id": self.model.config.pad_token_id}
+        if sample:
+            kwargs.update(temperature=params.temperature, top_k=0, top_p=params.top_p)
+        ids = torch.tensor([prompt], device=self.device)
+        with self._lock, torch.no_grad():
+            if params.seed is not None:
+                torch.manual_seed(params.seed)
+            out = self.model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
+        new = out.sequences[0, len(prompt):].tolist()
+        logits = torch.stack(out.logits[:len(new)], 0)[:, 0].float()
+        if sample:
+            logits = logits / params.temperature
+        logprobs = torch.log_softmax(logits, -1).gather(-1, torch.tensor(new, device=logits.device)[:, None])
+        stopped = bool(new) and new[-1] in set(params.stop_token_ids)
+        return Completion(new, logprobs[:, 0].tolist(), "stop" if stopped else "length")
+
+    def update_weights(self, state_dict: dict[str, Any], version: int) -> None:
+        with self._lock:
+            self.model.load_state_dict(state_dict)
+            self.version = version
+
+    def get_version(self) -> int:
+        return self.version
+
+
+class ChatFormat:
+    """The chat template's wrapping of turns, as strings, read off a tokenizer once."""
+
+    def __init__(self, tokenizer, system_prompt: str = DEFAULT_SYSTEM_PROMPT, tools: list[dict] | None = None):
+        if not getattr(tokenizer, "chat_template", None):
+            raise ConfigError("the tokenizer has no chat_template; the hf agent needs one to wrap turns")
+        self.tokenizer, self.system_prompt, self.tools = tokenizer, system_prompt, tools
+        base = [{"role": "system", "content": system_prompt}, {"role": "user", "content": "U"},
+                {"role": "assistant", "content": _A}]
+        text = self._render(base + [{"role": "tool", "content": _T}], generation_prompt=True)
+        if _A not in text or _T not in text:
+            raise ConfigError("the chat template does not render assistant and tool turns verbatim")
+        self.after_assistant = text[text.index(_A) + len(_A):text.index(_T)]
+        self.after_tool = text[text.index(_T) + len(_T):]
+        stop = tokenizer.eos_token_id
+        self.stop_token_ids = [stop] if stop is not None else []
+
+    def _render(self, messages: list[dict], generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tools=self.tools, tokenize=False,
+                                                  add_generation_prompt=generation_prompt)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def first_prompt(self, observation: str) -> list[int]:
+        """The ids of system prompt + task + the assistant generation prompt."""
+        return self.encode(self._render([{"role": "system", "content": self.system_prompt},
+                                         {"role": "user", "content": observation}], generation_prompt=True))
+
+    def content(self, completion_ids: list[int]) -> str:
+        """The assistant message text of a completion (without its stop token)."""
+        ids = completion_ids
+        if ids and ids[-1] in self.stop_token_ids:
+            ids = ids[:-1]
+        return self.decode(ids)
+
+    def next_prompt(self, completion: Completion, observation: str) -> list[int]:
+        """The ids fed after ``completion``: the end of the assistant turn, the tool output, a new turn."""
+        close = self.after_assistant
+        if completion.finish_reason == "stop" and completion.ids:
+            stop_text = self.decode(completion.ids[-1:])
+            if close.startswith(stop_text):
+                close = close[len(stop_text):]
+        return self.encode(close + observation + self.after_tool)
+
+    def action_ids(self, action: str) -> list[int]:
+        """A recorded action (any accepted form) as the ids this agent would generate for it, stop token included."""
+        try:
+            call = parse_action(action)
+            text = "<tool_call>" + json.dumps({"name": call.name, "arguments": call.arguments}) + "</tool_call>"
+        except ToolError:
+            text = action if isinstance(action, str) else json.dumps(action)
+        return self.encode(text) + self.stop_token_ids
+
+
+@dataclass
+class TokenTrace:
+    """The token record of one turn: what was fed since the last turn, what was generated."""
+
+    prompt: list[int]
+    completion: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    version: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompt": self.prompt, "completion": self.completion, "logprobs": self.logprobs,
+                "finish_reason": self.finish_reason, "version": self.version}
+
+
+@dataclass
+class HFAgentConfig:
+    """How the hf agent prompts and samples."""
+
+    temperature: float = 1.0
+    max_new_tokens: int = 512
+    top_p: float = 1.0
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    tools: list[str] | None = None
+    """Tool schemas put in the prompt (None = every tool the env offers; [] = none)."""
+    seed: int | None = None
+    """Base seed: turn t of an episode reset with seed s samples with seed base + 1000*s + t."""
+
+
+@dataclass
+class HFAgent:
+    """An agent whose every turn is one sampled completion of ``engine`` under ``tokenizer``'s chat template."""
+
+    engine: Engine
+    tokenizer: Any
+    config: HFAgentConfig = field(default_factory=HFAgentConfig)
+
+    def __post_init__(self):
+        self.format: ChatFormat | None = None
+        self.ids: list[int] = []
+        self.mask: list[int] = []
+        self.traces: list[TokenTrace] = []
+        self._pending: list[int] = []
+        self._last: Completion | None = None
+        self._episode_seed = 0
+
+    @classmethod
+    def from_pretrained(cls, path: str, **config: Any) -> "HFAgent":
+        """An hf agent for a local model folder (weights and tokenizer with a chat template)."""
+        from transformers import AutoTokenizer
+
+        return cls(HFEngine.from_pretrained(path), AutoTokenizer.from_pretrained(path, local_files_only=True),
+                   HFAgentConfig(**config))
+
+    def reset(self, observation: str, info: dict[str, Any]) -> None:
+        tools = info.get("tools")
+        if self.config.tools is not None:
+            tools = [t for t in tools or [] if t["function"]["name"] in self.config.tools]
+        self.format = ChatFormat(self.tokenizer, self.config.system_prompt, tools or None)
+        self.ids, self.mask, self.traces, self._last = [], [], [], None
+        self._pending = self.format.first_prompt(observation)
+        self._episode_seed = int(info.get("seed") or 0)
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        if self._last is not None:  # the observation answers the previous turn
+            self._pending = self.format.next_prompt(self._last, observation)
+        self.ids += self._pending
+        self.mask += [0] * len(self._pending)
+        c = self.config
+        seed = None if c.seed is None else c.seed + 1000 * self._episode_seed + len(self.traces)
+        params = SamplingParams(c.temperature, c.max_new_tokens, c.top_p, self.format.stop_token_ids, seed)
+        completion = self.engine.generate([list(self.ids)], params)[0]
+        self.ids += completion.ids
+        self.mask += [1] * len(completion.ids)
+        self.traces.append(TokenTrace(self._pending, completion.ids, completion.logprobs,
+                                      completion.finish_reason, int(getattr(self.engine, "version", 0))))
+        self._last, self._pending = completion, []
+        return self.format.content(completion.ids)
+
+    def turn_record(self) -> dict[str, Any] | None:
+        """The last turn's tokens, for the trajectory."""
+        return {"tokens": self.traces[-1].to_dict()} if self.traces else None

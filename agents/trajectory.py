@@ -1,0 +1,117 @@
+"""The trajectory format, ``repogym.trajectory/2``: JSONL written line by line as the episode runs.
+
+Lines: a ``header`` (format, task, agent, first observation), one ``step`` per tool call (action,
+observation, reward, flags, info, and ``agent``: what the agent recorded of its turn; for token-level
+agents ``agent.tokens`` = ids fed since the last turn, generated ids, their sampling logprobs, policy
+version), and an ``end`` line (status, reward, eval record). A crash loses at most the step in flight.
+
+The token sequence of an episode is the concatenation over steps of ``prompt`` (loss mask 0) then
+``completion`` (loss mask 1): exactly the tokens the model was fed and generated, nothing re-rendered.
+Version 1 files (no ``agent`` field) still read; they just carry no tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TRAJECTORY_FORMAT = "repogym.trajectory/2"
+READABLE_FORMATS = ("repogym.trajectory/1", TRAJECTORY_FORMAT)
+
+
+class TrajectoryWriter:
+    """Appends trajectory lines to ``path`` (or nowhere when ``path`` is None), flushing each."""
+
+    def __init__(self, path: str | Path | None):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._out = open(path, "w", encoding="utf-8") if path else None
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self._out:
+            self._out.write(json.dumps(record, default=str) + "\n")
+            self._out.flush()
+
+    def close(self) -> None:
+        if self._out:
+            self._out.close()
+            self._out = None
+
+
+@dataclass
+class TokenSequence:
+    """An episode's tokens: ids, a loss mask (1 on generated tokens), sampling logprobs (0.0 where mask 0)."""
+
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    """Policy version of each generated turn."""
+
+    def add_turn(self, prompt: list[int], completion: list[int], logprobs: list[float], version: int) -> None:
+        self.ids += prompt + completion
+        self.mask += [0] * len(prompt) + [1] * len(completion)
+        self.logprobs += [0.0] * len(prompt) + list(logprobs)
+        self.versions.append(version)
+
+
+@dataclass
+class Trajectory:
+    """A read trajectory file."""
+
+    header: dict[str, Any]
+    steps: list[dict[str, Any]]
+    end: dict[str, Any] | None
+    """None when the episode did not finish (the writer crashed or was killed)."""
+
+    @property
+    def actions(self) -> list[Any]:
+        return [s["action"] for s in self.steps]
+
+    @property
+    def status(self) -> str:
+        return (self.end or {}).get("status", "unfinished")
+
+    def tokens(self) -> TokenSequence | None:
+        """The token sequence, or None when the agent recorded no tokens (oracle, llm, v1 files)."""
+        seq = TokenSequence()
+        for step in self.steps:
+            tok = (step.get("agent") or {}).get("tokens")
+            if tok is None:
+                return None
+            seq.add_turn(tok["prompt"], tok["completion"], tok["logprobs"], tok.get("version", 0))
+        return seq if self.steps else None
+
+
+def read_trajectory(path: str | Path) -> Trajectory:
+    """Read a trajectory file; a torn last line (the writer was killed mid-write) is ignored."""
+    header, steps, end = None, [], None
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise ValueError(f"{path}:{i + 1}: not a JSON line") from None
+        kind = record.get("type")
+        if kind == "header":
+            if record.get("format") not in READABLE_FORMATS:
+                raise ValueError(f"{path}: unknown trajectory format {record.get('format')!r}; "
+                                 f"readable: {', '.join(READABLE_FORMATS)}")
+            header = record
+        elif kind == "step":
+            steps.append(record)
+        elif kind == "end":
+            end = record
+    if header is None:
+        raise ValueError(f"{path}: no header line; not a repogym trajectory")
+    return Trajectory(header, steps, end)
+
+
+__all__ = ["READABLE_FORMATS", "TRAJECTORY_FORMAT", "TokenSequence", "Trajectory", "TrajectoryWriter",
+           "read_trajectory"]

@@ -1,0 +1,35 @@
+"""``repogym train``: run (or resume) a training run from a config file."""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("train", help="train a policy with RL (GRPO/PPO, SFT warm start) from a config file",
+                            description="Train from a YAML config (see configs/). A run folder that holds a "
+                                        "checkpoint is resumed. Metrics: RUN_DIR/metrics.jsonl and RUN_DIR/tb.")
+    parser.add_argument("--config", required=True, help="YAML config file (e.g. configs/tiny-cpu.yaml)")
+    parser.add_argument("--run-dir", default=None, help="run folder (default: the config's run_dir)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="config overrides, e.g. train.steps=5 fleet.workers=1 learner.lr=1e-4")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from trainer.checkpoint import latest_checkpoint
+    from trainer.config import load_config
+    from trainer.train import train
+
+    overrides = list(args.overrides)
+    if args.run_dir:
+        overrides.append(f"run_dir={args.run_dir}")
+    config = load_config(args.config, overrides)
+    previous = latest_checkpoint(config.run_dir)
+    if previous:
+        print(f"resuming {config.run_dir} from {previous.name}")
+    last = train(config, progress=not args.no_progress)
+    shown = {k: last[k] for k in ("step", "rollout/success_rate", "rollout/reward_mean", "eval/success_rate")
+             if k in last}
+    print("finished:", ", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()))
+    print(f"metrics: {config.run_dir}/metrics.jsonl, TensorBoard: {config.run_dir}/tb")
+    return 0

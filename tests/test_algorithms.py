@@ -1,0 +1,111 @@
+"""Advantages and masked losses, checked against values computed by hand on small cases."""
+
+import math
+
+import pytest
+import torch
+
+from trainer.algorithms.common import Sample, aggregate, collate, normalizer, token_logprobs
+from trainer.algorithms.grpo import GRPO, GRPOConfig, group_advantages
+from trainer.algorithms.ppo import gae
+from trainer.algorithms.sft import SFT, SFTConfig
+
+
+def test_group_advantages_by_hand():
+    # rewards 1, 0, 0, 1: mean 0.5, population std 0.5
+    assert group_advantages([1, 0, 0, 1]) == pytest.approx([1, -1, -1, 1], abs=1e-5)
+    assert group_advantages([1, 0, 0, 1], normalize_std=False) == pytest.approx([0.5, -0.5, -0.5, 0.5])
+    assert group_advantages([1, 1, 1]) == [0.0, 0.0, 0.0]  # no signal, no NaN
+
+
+def test_collate_aligns_mask_and_logprobs_to_targets():
+    s = Sample(ids=[5, 6, 7, 8], mask=[0, 0, 1, 1], logprobs=[0.0, 0.0, -0.5, -0.25], reward=1.0)
+    t = Sample(ids=[5, 9], mask=[0, 1], logprobs=[0.0, -1.0])
+    b = collate([s, t], pad_id=0)
+    assert b.input_ids.tolist() == [[5, 6, 7, 8], [5, 9, 0, 0]]
+    # target positions: token t+1 is predicted at t; mask and logprobs are shifted accordingly
+    assert b.loss_mask.tolist() == [[0, 1, 1], [1, 0, 0]]
+    assert b.old_logprobs.tolist() == [[0.0, -0.5, -0.25], [-1.0, 0.0, 0.0]]
+    assert b.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    with pytest.raises(ValueError):
+        Sample(ids=[1, 2], mask=[1], logprobs=[0.0, 0.0])
+
+
+def test_token_and_sequence_aggregation_by_hand():
+    values = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    # token: (1+2+3+4) / 4 tokens; sequence: (mean(1,2,3) + 4) / 2 sequences
+    assert float(aggregate(values, mask, "token", normalizer([mask], "token"))) == pytest.approx(2.5)
+    assert float(aggregate(values, mask, "sequence", normalizer([mask], "sequence"))) == pytest.approx(3.0)
+    # split into two micro-batches with the whole batch's denominator: the same totals
+    d = normalizer([mask[:1], mask[1:]], "token")
+    assert float(aggregate(values[:1], mask[:1], "token", d) + aggregate(values[1:], mask[1:], "token", d)) \
+        == pytest.approx(2.5)
+
+
+def _logits_for(logps: list[float], vocab: int = 2) -> torch.Tensor:
+    """Logits for one sequence whose next-token logprob of token 1 is each of ``logps`` (two-token vocab)."""
+    rows = []
+    for lp in logps:
+        p = math.exp(lp)
+        rows.append([math.log(1 - p), lp])  # log-probabilities are valid logits
+    rows.append([0.0, 0.0])
+    return torch.tensor([rows])
+
+
+def test_grpo_clipped_loss_by_hand():
+    # one sequence [0, 1, 1]: two targets (both token 1), both generated
+    new_lp = [math.log(0.6), math.log(0.3)]
+    old_lp = [math.log(0.4), math.log(0.3)]
+    s = Sample(ids=[0, 1, 1], mask=[0, 1, 1], logprobs=[0.0] + old_lp, reward=1.0, advantage=2.0)
+    batch = collate([s], pad_id=0)
+    algo = GRPO(GRPOConfig(clip_low=0.2, clip_high=0.28, loss_agg="token"))
+    loss, metrics = algo.loss(_logits_for(new_lp), batch, normalizer([batch.loss_mask], "token"))
+    # ratios 1.5 (clipped to 1.28 with A > 0) and 1.0; loss = -(1.28*2 + 1.0*2) / 2
+    assert float(loss) == pytest.approx(-(1.28 * 2 + 2.0) / 2, rel=1e-5)
+    assert metrics["losses/clip_fraction"] == pytest.approx(0.5)
+    # negative advantage: min picks the unclipped 1.5 * -2 (pessimistic), the other ratio 1.0
+    s.advantage = -2.0
+    batch = collate([s], pad_id=0)
+    loss, _ = algo.loss(_logits_for(new_lp), batch, 2.0)
+    assert float(loss) == pytest.approx(-(1.5 * -2 + 1.0 * -2) / 2, rel=1e-5)
+
+
+def test_grpo_kl_penalty_by_hand():
+    lp = [math.log(0.5)]
+    s = Sample(ids=[0, 1], mask=[0, 1], logprobs=[0.0] + lp, advantage=0.0)
+    batch = collate([s], pad_id=0)
+    ref = torch.tensor([[math.log(0.25)]])
+    loss, metrics = GRPO(GRPOConfig(kl_coef=0.1)).loss(_logits_for(lp), batch, 1.0, ref)
+    # k3 = exp(ref - logp) - (ref - logp) - 1 with ref - logp = log(0.5)
+    k3 = 0.5 - math.log(0.5) - 1
+    assert float(loss) == pytest.approx(0.1 * k3, rel=1e-5)
+    assert metrics["losses/kl"] == pytest.approx(k3, rel=1e-5)
+
+
+def test_masked_tokens_get_no_gradient():
+    logits = torch.randn(1, 4, 5, requires_grad=True)
+    s = Sample(ids=[1, 2, 3, 4], mask=[0, 0, 1, 0], logprobs=[0.0] * 4)
+    loss, _ = SFT(SFTConfig()).loss(logits, collate([s], pad_id=0), 1.0)
+    loss.backward()
+    # only position 1 (which predicts the one generated token, ids[2]) carries gradient
+    assert [bool(logits.grad[0, t].abs().sum() > 0) for t in range(4)] == [False, True, False, False]
+    expected = -float(torch.log_softmax(logits[0, 1].detach(), -1)[3])
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-5)
+
+
+def test_token_logprobs_uses_temperature():
+    logits = torch.tensor([[[2.0, 0.0], [0.0, 0.0]]])
+    ids = torch.tensor([[0, 0]])
+    assert float(token_logprobs(logits, ids, 1.0)[0, 0]) == pytest.approx(math.log(math.e ** 2 / (math.e ** 2 + 1)))
+    assert float(token_logprobs(logits, ids, 2.0)[0, 0]) == pytest.approx(math.log(math.e / (math.e + 1)))
+
+
+def test_gae_over_generated_positions_only():
+    # positions 0 and 2 are generated, 1 is tool output; reward 1 at the end; gamma 1, lambda 0.5
+    values = torch.tensor([[0.2, 9.0, 0.6]])
+    mask = torch.tensor([[1.0, 0.0, 1.0]])
+    adv, ret = gae(values, mask, torch.tensor([1.0]), gamma=1.0, lam=0.5)
+    # last: delta = 1 - 0.6 = 0.4; first: delta = 0.6 - 0.2 = 0.4, adv = 0.4 + 0.5 * 0.4 = 0.6
+    assert adv[0].tolist() == pytest.approx([0.6, 0.0, 0.4])
+    assert ret[0, 0] == pytest.approx(0.8) and ret[0, 2] == pytest.approx(1.0)

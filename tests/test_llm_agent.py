@@ -1,0 +1,289 @@
+"""The LLM agent against a real local HTTP server that plays back scripted chat completions."""
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from agents import make_agent
+from agents.llm import LLMAgent, LLMConfig, LLMHTTPError
+from envs.actions import parse_action
+from envs.errors import ConfigError, InfraError
+
+TOOLS = [{"type": "function", "function": {"name": "view", "description": "Show a file.",
+                                           "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}},
+         {"type": "function", "function": {"name": "submit", "description": "Submit.",
+                                           "parameters": {"type": "object", "properties": {}}}}]
+
+
+def tool_call_reply(name, arguments, call_id="call_1", usage=(10, 5)):
+    """A chat completion whose message holds one tool call (``arguments`` as the JSON string OpenAI sends)."""
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return 200, {"id": "x", "object": "chat.completion",
+                 "choices": [{"index": 0, "finish_reason": "tool_calls",
+                              "message": {"role": "assistant", "content": None,
+                                          "tool_calls": [{"id": call_id, "type": "function",
+                                                          "function": {"name": name, "arguments": args}}]}}],
+                 "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
+                           "total_tokens": usage[0] + usage[1]}}
+
+
+def text_reply(text, usage=(7, 3)):
+    return 200, {"choices": [{"index": 0, "finish_reason": "stop",
+                              "message": {"role": "assistant", "content": text}}],
+                 "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
+                           "total_tokens": usage[0] + usage[1]}}
+
+
+class FakeServer:
+    """``/v1/chat/completions`` answering from ``script`` in order: ``(status, body)`` or ``(status, body,
+    delay_s)``; records every request body."""
+
+    def __init__(self):
+        self.script: list[tuple] = []
+        self.requests: list[dict] = []
+        self.headers: list[dict] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append(body)
+                fake.headers.append(dict(self.headers))
+                if self.path != "/v1/chat/completions":
+                    status, reply, delay = 404, {"error": f"no route {self.path}"}, 0
+                elif not fake.script:
+                    status, reply, delay = 500, {"error": "script exhausted"}, 0
+                else:
+                    status, reply, *rest = fake.script.pop(0)
+                    delay = rest[0] if rest else 0
+                time.sleep(delay)
+                data = json.dumps(reply).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:  # the client gave up waiting (the timeout test)
+                    pass
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02},
+                                       daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    fake = FakeServer()
+    yield fake
+    fake.close()
+
+
+class Sleeps(list):
+    """A stand-in for ``time.sleep`` that records the delays instead of waiting."""
+
+    def __call__(self, seconds):
+        self.append(seconds)
+
+
+def agent_for(server, sleeps=None, **overrides):
+    config = LLMConfig(base_url=server.base_url, model="test-model", api_key="k", max_tokens=64)
+    return LLMAgent(config, sleep=sleeps if sleeps is not None else Sleeps(), **overrides)
+
+
+def test_two_turns_send_the_conversation_and_return_the_tool_calls(server):
+    server.script = [tool_call_reply("view", {"path": "calc/ops.py"}, "call_a", (100, 20)),
+                     tool_call_reply("submit", {}, "call_b", (150, 10))]
+    agent = agent_for(server, extra_body={"top_k": 20})
+    agent.reset("fix clamp", {"tools": TOOLS, "task_id": "t"})
+
+    action = agent.act("fix clamp", {})
+    call = parse_action(action)
+    assert (call.name, call.arguments) == ("view", {"path": "calc/ops.py"})
+    first = server.requests[0]
+    assert first["model"] == "test-model" and first["tools"] == TOOLS and first["tool_choice"] == "auto"
+    assert (first["temperature"], first["max_tokens"], first["top_k"]) == (0.0, 64, 20)
+    assert [m["role"] for m in first["messages"]] == ["system", "user"]
+    assert first["messages"][1]["content"] == "fix clamp"
+    assert server.headers[0]["Authorization"] == "Bearer k"
+
+    call = parse_action(agent.act("1\tdef add(a, b):", {"turn": 1}))
+    assert (call.name, call.arguments) == ("submit", {})
+    second = server.requests[1]["messages"]
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "tool"]
+    assert second[2]["tool_calls"][0]["id"] == "call_a"
+    assert second[2]["tool_calls"][0]["function"] == {"name": "view", "arguments": '{"path": "calc/ops.py"}'}
+    assert second[3] == {"role": "tool", "tool_call_id": "call_a", "content": "1\tdef add(a, b):"}
+
+    assert agent.usage == {"prompt_tokens": 250, "completion_tokens": 30, "total_tokens": 280, "requests": 2,
+                           "retries": 0}
+    record = agent.turn_record()
+    assert record["usage"] == {"prompt_tokens": 150, "completion_tokens": 10, "total_tokens": 160}
+    assert record["latency_s"] >= 0 and record["retries"] == 0
+
+    agent.reset("another task", {"tools": TOOLS})
+    assert agent.usage == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "requests": 0,
+                           "retries": 0}
+    assert [m["role"] for m in agent.messages] == ["system", "user"]
+
+
+def test_only_the_first_of_several_tool_calls_runs_and_stays_in_the_history(server):
+    status, body = tool_call_reply("view", {"path": "a"}, "call_1")
+    body["choices"][0]["message"]["tool_calls"].append(
+        {"id": "call_2", "type": "function", "function": {"name": "submit", "arguments": "{}"}})
+    server.script = [(status, body), tool_call_reply("submit", {})]
+    agent = agent_for(server)
+    agent.reset("task", {"tools": TOOLS})
+    assert parse_action(agent.act("task", {})).arguments == {"path": "a"}
+    agent.act("file a", {})
+    history = server.requests[1]["messages"]
+    # Every tool call in the history needs a tool answer, so the unexecuted second one is left out.
+    assert [c["id"] for c in history[2]["tool_calls"]] == ["call_1"]
+    assert history[3]["tool_call_id"] == "call_1"
+
+
+def test_arguments_that_are_not_json_reach_the_env_as_a_parse_error(server):
+    from envs.tools import ToolError
+    server.script = [tool_call_reply("view", '{"path": "a"')]
+    agent = agent_for(server)
+    agent.reset("task", {"tools": TOOLS})
+    action = agent.act("task", {})
+    assert json.loads(action) == {"name": "view", "arguments": '{"path": "a"'}
+    with pytest.raises(ToolError) as caught:
+        parse_action(action)
+    assert caught.value.kind == "parse_error" and "not valid JSON" in caught.value.message
+
+
+def test_plain_text_answer_is_returned_as_is_and_answered_by_a_user_message(server):
+    text = 'Let me look.\n<tool_call>{"name": "view", "arguments": {"path": "a"}}</tool_call>'
+    server.script = [text_reply(text), tool_call_reply("submit", {})]
+    agent = agent_for(server)
+    agent.reset("task", {"tools": TOOLS})
+    action = agent.act("task", {})
+    assert action == text
+    assert parse_action(action).arguments == {"path": "a"}
+    agent.act("contents of a", {})
+    history = server.requests[1]["messages"]
+    assert [m["role"] for m in history] == ["system", "user", "assistant", "user"]
+    assert history[2] == {"role": "assistant", "content": text}
+    assert history[3] == {"role": "user", "content": "contents of a"}
+    assert agent.usage["requests"] == 2 and agent.usage["total_tokens"] == 10 + 15
+
+
+def test_503_is_retried_with_growing_backoff_then_succeeds(server):
+    server.script = [(503, {"error": "loading"}), (429, {"error": "slow down"}), (502, {"error": "gateway"}),
+                     tool_call_reply("submit", {})]
+    sleeps = Sleeps()
+    agent = agent_for(server, sleeps, backoff_s=0.5)
+    agent.reset("task", {"tools": TOOLS})
+    assert parse_action(agent.act("task", {})).name == "submit"
+    assert sleeps == [0.5, 1.0, 2.0]
+    assert len(server.requests) == 4
+    assert agent.usage["retries"] == 3 and agent.usage["requests"] == 1
+    assert agent.turn_record()["retries"] == 3
+
+
+def test_backoff_is_capped_at_30_seconds(server):
+    server.script = [(500, {})] * 3 + [tool_call_reply("submit", {})]
+    sleeps = Sleeps()
+    agent = agent_for(server, sleeps, backoff_s=10.0)
+    agent.reset("task", {"tools": TOOLS})
+    agent.act("task", {})
+    assert sleeps == [10.0, 20.0, 30.0]
+
+
+def test_400_raises_at_once_without_retrying(server):
+    server.script = [(400, {"error": "context length exceeded"}), tool_call_reply("submit", {})]
+    sleeps = Sleeps()
+    agent = agent_for(server, sleeps)
+    agent.reset("task", {"tools": TOOLS})
+    with pytest.raises(LLMHTTPError) as caught:
+        agent.act("task", {})
+    assert caught.value.status == 400 and caught.value.where == "llm"
+    assert "context length exceeded" in str(caught.value)
+    assert len(server.requests) == 1 and sleeps == []
+
+
+def test_exhausted_retries_raise_infra_error_naming_the_url(server):
+    server.script = [(503, {"error": "overloaded"})] * 3
+    sleeps = Sleeps()
+    agent = agent_for(server, sleeps, max_retries=2)
+    agent.reset("task", {"tools": TOOLS})
+    with pytest.raises(InfraError) as caught:
+        agent.act("task", {})
+    assert caught.value.where == "llm"
+    assert server.base_url + "/chat/completions" in caught.value.message
+    assert "503" in caught.value.message and "overloaded" in caught.value.message
+    assert len(server.requests) == 3 and sleeps == [1.0, 2.0]
+
+
+def test_connection_refused_is_retried_then_raises_infra_error():
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    sleeps = Sleeps()
+    agent = LLMAgent(LLMConfig(base_url=f"http://127.0.0.1:{port}/v1", max_retries=1), sleep=sleeps)
+    agent.reset("task", {"tools": TOOLS})
+    with pytest.raises(InfraError) as caught:
+        agent.act("task", {})
+    assert caught.value.where == "llm" and f"127.0.0.1:{port}" in caught.value.message
+    assert sleeps == [1.0] and agent.usage["retries"] == 1
+
+
+def test_a_timeout_is_retried(server):
+    server.script = [(*tool_call_reply("view", {"path": "slow"}), 1.0), tool_call_reply("submit", {})]
+    agent = agent_for(server, timeout_s=0.2)
+    agent.reset("task", {"tools": TOOLS})
+    assert parse_action(agent.act("task", {})).name == "submit"
+    assert agent.usage["retries"] == 1
+
+
+def test_config_reads_the_environment_and_checks_values(monkeypatch):
+    monkeypatch.setenv("REPOGYM_LLM_BASE_URL", "http://example.test:9/v1")
+    monkeypatch.setenv("REPOGYM_LLM_MODEL", "qwen")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    config = LLMConfig()
+    assert (config.base_url, config.model, config.api_key) == ("http://example.test:9/v1", "qwen", "EMPTY")
+    assert config.url == "http://example.test:9/v1/chat/completions"
+    assert LLMConfig(base_url="http://h/v1/").url == "http://h/v1/chat/completions"
+    with pytest.raises(ConfigError, match="max_retries"):
+        LLMConfig(max_retries=-1)
+    with pytest.raises(ConfigError, match="unknown LLMAgent option"):
+        LLMAgent(temprature=0.5)
+    agent = make_agent("llm", model="m", temperature=0.7)
+    assert isinstance(agent, LLMAgent) and (agent.config.model, agent.config.temperature) == ("m", 0.7)
+
+
+def test_end_to_end_episode_on_the_local_backend(server, tiny_task):
+    from agents.rollout import run_episode
+    from envs.repo_env import RepoTaskEnv
+    from tests.conftest import require_backend
+    require_backend("local")
+    server.script = [tool_call_reply("apply_patch", {"patch": tiny_task.patch}, "call_p"),
+                     tool_call_reply("submit", {}, "call_s")]
+    env = RepoTaskEnv(task=tiny_task, sandbox="local", max_turns=5)
+    try:
+        agent = agent_for(server)
+        result = run_episode(env, agent, agent_name="llm")
+    finally:
+        env.close()
+    assert result.status == result.eval["status"] == "resolved" and result.reward == 1.0 and result.turns == 2
+    history = server.requests[1]["messages"]
+    assert server.requests[0]["tools"] == env.tools_schema()
+    assert history[-1]["role"] == "tool" and history[-1]["tool_call_id"] == "call_p"
+    assert "applied" in history[-1]["content"]
+    assert agent.usage["requests"] == 2

@@ -1,0 +1,106 @@
+"""What every algorithm shares: a training sample, batching with shifted loss masks, masked aggregation.
+
+Positions: for a sequence of ids ``x``, the model's logits at position t predict ``x[t+1]``. Everything
+per token here (loss mask, sampling logprobs, advantages) is aligned to the *predicted* token, so a
+batch holds ``T-1`` target positions for ``T`` ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Sample:
+    """One training sequence: ids, loss mask (1 on generated tokens), their sampling logprobs, the episode's reward."""
+
+    ids: list[int]
+    mask: list[int]
+    logprobs: list[float]
+    reward: float = 0.0
+    advantage: float = 0.0
+    """Sequence-level advantage (GRPO); PPO computes per-token advantages itself."""
+    task_id: str = ""
+    group: int = 0
+    version: int = 0
+    """Oldest policy version that generated any of its tokens."""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not (len(self.ids) == len(self.mask) == len(self.logprobs)):
+            raise ValueError(f"sample lengths differ: ids {len(self.ids)}, mask {len(self.mask)}, "
+                             f"logprobs {len(self.logprobs)}")
+
+
+@dataclass
+class Batch:
+    """Padded tensors for a list of samples; per-token fields are aligned to target positions (``T-1``)."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    old_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    """Per sequence, shape [B]."""
+    rewards: torch.Tensor
+
+    @property
+    def tokens(self) -> int:
+        return int(self.loss_mask.sum())
+
+
+def collate(samples: list[Sample], pad_id: int, device: str | torch.device = "cpu") -> Batch:
+    """Right-padded batch of ``samples``."""
+    width = max(len(s.ids) for s in samples)
+    n = len(samples)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    attn = torch.zeros((n, width), dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.float32)
+    old = torch.zeros((n, width), dtype=torch.float32)
+    for i, s in enumerate(samples):
+        k = len(s.ids)
+        ids[i, :k] = torch.tensor(s.ids)
+        attn[i, :k] = 1
+        mask[i, :k] = torch.tensor(s.mask, dtype=torch.float32)
+        old[i, :k] = torch.tensor(s.logprobs, dtype=torch.float32)
+    return Batch(ids.to(device), attn.to(device), mask[:, 1:].to(device), old[:, 1:].to(device),
+                 torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device),
+                 torch.tensor([s.reward for s in samples], dtype=torch.float32, device=device))
+
+
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Logprob of each next token, [B, T-1], under ``logits / temperature`` (as the sampler drew them)."""
+    logits = logits[:, :-1].float()
+    if temperature not in (0, 1):
+        logits = logits / temperature
+    return torch.log_softmax(logits, -1).gather(-1, input_ids[:, 1:, None])[..., 0]
+
+
+def normalizer(batch_masks: list[torch.Tensor], mode: str) -> float:
+    """The denominator of a whole (accumulated) batch: its token count (``token``) or sequence count (``sequence``)."""
+    if mode == "token":
+        return max(float(sum(m.sum() for m in batch_masks)), 1.0)
+    if mode == "sequence":
+        return float(sum(m.shape[0] for m in batch_masks))
+    raise ValueError(f"loss aggregation must be 'token' or 'sequence', got {mode!r}")
+
+
+def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, denominator: float) -> torch.Tensor:
+    """Masked sum of per-token ``values`` divided by the whole batch's ``denominator``.
+
+    ``token``: every generated token in the batch weighs the same. ``sequence``: each sequence's tokens
+    are averaged first, so each sequence weighs the same. Dividing by the full batch's denominator
+    (not the micro-batch's) makes gradient accumulation exact.
+    """
+    if mode == "token":
+        return (values * mask).sum() / denominator
+    per_seq = (values * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    return per_seq.sum() / denominator
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    """Plain masked mean, for metrics."""
+    return float((values * mask).sum() / mask.sum().clamp(min=1.0))

@@ -1,0 +1,92 @@
+"""GRPO: group-relative policy optimisation (Shao et al. 2024), with DAPO's options.
+
+For each task, G episodes are sampled; an episode's advantage is its reward minus the group's mean
+(divided by the group's std when ``normalize_std``). Every generated token of the episode shares it.
+The loss is PPO's clipped surrogate on the token ratio to the sampling policy, with an asymmetric clip
+range (``clip_high`` > ``clip_low`` is DAPO's clip-higher), aggregated over tokens or sequences, plus an
+optional KL penalty to a frozen reference (k3 estimator), off when ``kl_coef`` is 0.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+from trainer.algorithms.common import Batch, Sample, aggregate, masked_mean, token_logprobs
+
+
+@dataclass
+class GRPOConfig:
+    """GRPO's knobs."""
+
+    group_size: int = 8
+    """Episodes per task per step (G)."""
+    normalize_std: bool = True
+    """Divide advantages by the group's reward std (Dr. GRPO turns this off)."""
+    loss_agg: str = "token"
+    """``token`` (DAPO: every token weighs the same) or ``sequence`` (original GRPO)."""
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    """Upper clip of the ratio at 1 + clip_high; above clip_low is clip-higher."""
+    kl_coef: float = 0.0
+    """Weight of the KL penalty to the reference policy; 0 turns it (and the reference model) off."""
+    epochs: int = 1
+    """Passes over each batch; more than 1 makes later passes off-policy (the clip then matters)."""
+    temperature: float = 1.0
+    """Sampling temperature of the rollouts (logprobs are recomputed at it)."""
+
+
+def group_advantages(rewards: list[float], normalize_std: bool = True, eps: float = 1e-6) -> list[float]:
+    """Each reward minus the group mean, over the group std when ``normalize_std``."""
+    mean = statistics.fmean(rewards)
+    centred = [r - mean for r in rewards]
+    if not normalize_std:
+        return centred
+    std = statistics.pstdev(rewards)
+    return [c / (std + eps) for c in centred]
+
+
+class GRPO:
+    """Advantages per group, then the clipped token-level surrogate."""
+
+    name = "grpo"
+    needs_reference = property(lambda self: self.config.kl_coef > 0)
+
+    def __init__(self, config: GRPOConfig):
+        self.config = config
+
+    def prepare(self, groups: list[list[Sample]]) -> list[Sample]:
+        """Set each sample's advantage from its group; the flat list to train on."""
+        out = []
+        for group in groups:
+            for sample, adv in zip(group, group_advantages([s.reward for s in group], self.config.normalize_std)):
+                sample.advantage = adv
+                out.append(sample)
+        return out
+
+    def loss(self, logits: torch.Tensor, batch: Batch, denominator: float,
+             ref_logprobs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        """The clipped surrogate (+ KL) of one micro-batch, already divided by the whole batch's denominator."""
+        c = self.config
+        logp = token_logprobs(logits, batch.input_ids, c.temperature)
+        mask = batch.loss_mask
+        ratio = torch.exp(logp - batch.old_logprobs)
+        adv = batch.advantages[:, None]
+        unclipped = ratio * adv
+        clipped = torch.clamp(ratio, 1 - c.clip_low, 1 + c.clip_high) * adv
+        per_token = -torch.minimum(unclipped, clipped)
+        metrics = {"losses/clip_fraction": masked_mean((unclipped != clipped).float(), mask),
+                   "losses/ratio_mean": masked_mean(ratio.detach(), mask),
+                   "losses/entropy_proxy": -masked_mean(logp.detach(), mask)}
+        if c.kl_coef > 0:
+            if ref_logprobs is None:
+                raise ValueError("kl_coef > 0 needs reference logprobs")
+            delta = ref_logprobs - logp
+            kl = torch.exp(delta) - delta - 1  # k3: unbiased, always >= 0
+            per_token = per_token + c.kl_coef * kl
+            metrics["losses/kl"] = masked_mean(kl.detach(), mask)
+        loss = aggregate(per_token, mask, c.loss_agg, denominator)
+        metrics["losses/policy_loss"] = float(loss.detach())
+        return loss, metrics

@@ -1,0 +1,97 @@
+"""PPO-clip (Schulman et al. 2017) for token sequences, with a learned value head and GAE.
+
+Only generated tokens are actions: the value head is read at generated positions, the episode's reward
+arrives at the last generated token, and GAE runs over the generated positions in order, skipping the
+prompt and tool-output tokens between turns (the environment's text is not the policy's action). The
+policy loss is the clipped surrogate with the same token-level masking and aggregation as GRPO.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from trainer.algorithms.common import Batch, Sample, aggregate, masked_mean, token_logprobs
+
+
+@dataclass
+class PPOConfig:
+    """PPO's knobs."""
+
+    clip: float = 0.2
+    value_clip: float = 0.2
+    value_coef: float = 0.5
+    gamma: float = 1.0
+    lam: float = 0.95
+    loss_agg: str = "token"
+    epochs: int = 1
+    group_size: int = 1
+    """Episodes per task per step (PPO needs no groups; more than 1 is allowed)."""
+    kl_coef: float = 0.0
+    temperature: float = 1.0
+
+
+def gae(values: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor, gamma: float, lam: float
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token advantages and returns [B, T] over masked positions; reward at each row's last one."""
+    adv = torch.zeros_like(values)
+    for b in range(values.shape[0]):
+        positions = torch.nonzero(mask[b] > 0, as_tuple=False)[:, 0].tolist()
+        running, next_value = 0.0, 0.0
+        for i, pos in enumerate(reversed(positions)):
+            reward = float(rewards[b]) if i == 0 else 0.0
+            delta = reward + gamma * next_value - float(values[b, pos])
+            running = delta + gamma * lam * running
+            adv[b, pos] = running
+            next_value = float(values[b, pos])
+    return adv, adv + values
+
+
+class PPO:
+    """Value head + GAE advantages + clipped surrogate."""
+
+    name = "ppo"
+    needs_hidden = True
+    needs_reference = property(lambda self: self.config.kl_coef > 0)
+
+    def __init__(self, config: PPOConfig, hidden_size: int):
+        self.config = config
+        self.value_head = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    def parameters(self):
+        """Extra trainable parameters (the value head) for the learner's optimiser."""
+        return self.value_head.parameters()
+
+    def prepare(self, groups: list[list[Sample]]) -> list[Sample]:
+        return [s for g in groups for s in g]
+
+    def loss(self, logits: torch.Tensor, batch: Batch, denominator: float, ref_logprobs: torch.Tensor | None = None,
+             hidden: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        c = self.config
+        mask = batch.loss_mask
+        logp = token_logprobs(logits, batch.input_ids, c.temperature)
+        self.value_head.to(hidden.device)
+        values = self.value_head(hidden[:, :-1].float())[..., 0]  # the value of the state before each target
+        with torch.no_grad():
+            adv, returns = gae(values.detach(), mask, batch.rewards, c.gamma, c.lam)
+        ratio = torch.exp(logp - batch.old_logprobs)
+        policy = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - c.clip, 1 + c.clip) * adv)
+        old_values = values.detach()
+        v_clipped = old_values + torch.clamp(values - old_values, -c.value_clip, c.value_clip)
+        value_loss = 0.5 * torch.maximum((values - returns) ** 2, (v_clipped - returns) ** 2)
+        per_token = policy + c.value_coef * value_loss
+        metrics = {"losses/value_loss": masked_mean(value_loss.detach(), mask),
+                   "losses/advantage_mean": masked_mean(adv, mask),
+                   "losses/clip_fraction": masked_mean(((ratio - 1).abs() > c.clip).float(), mask)}
+        if c.kl_coef > 0 and ref_logprobs is not None:
+            delta = ref_logprobs - logp
+            kl = torch.exp(delta) - delta - 1
+            per_token = per_token + c.kl_coef * kl
+            metrics["losses/kl"] = masked_mean(kl.detach(), mask)
+        loss = aggregate(per_token, mask, c.loss_agg, denominator)
+        metrics["losses/policy_loss"] = float(aggregate(policy.detach(), mask, c.loss_agg, denominator))
+        return loss, metrics

@@ -1,0 +1,226 @@
+"""The training config: one dataclass per component, loaded from YAML, overridable as ``a.b=value``.
+
+Unknown keys are errors that list the valid ones (a typo must not silently train the default).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agents.hf import HFAgentConfig
+from envs.errors import ConfigError
+from trainer.curriculum import CurriculumConfig
+from trainer.learner import LearnerConfig
+from trainer.tiny import TinyModelConfig
+
+
+@dataclass
+class ModelConfig:
+    """Which policy to train."""
+
+    path: str | None = None
+    """A local model folder (weights + tokenizer with a chat template); None builds the tiny model."""
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    """Shape of the tiny model when ``path`` is None; its tokenizer is trained on the training tasks' text."""
+
+
+@dataclass
+class EnvSection:
+    """The environment each rollout worker runs (``repogym/RepoTask-v0``)."""
+
+    sandbox: str | None = None
+    """``local``, ``docker`` or None (docker when a daemon answers)."""
+    max_turns: int = 4
+    eval_timeout: float = 300.0
+    command_timeout: float = 30.0
+    reward: str = "default"
+    analyze_final_diff: bool = False
+    """The tree-sitter analysis of every final diff costs time; off unless a reward uses it."""
+
+
+@dataclass
+class AlgorithmConfig:
+    """The RL algorithm and its options (see ``trainer/algorithms/<name>.py`` for each option)."""
+
+    name: str = "grpo"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SFTSection:
+    """The SFT warm start before RL (``steps: 0`` skips it)."""
+
+    steps: int = 0
+    batch_size: int = 8
+    lr: float | None = None
+    """Learning rate of the warm start (None: the learner's)."""
+    agent: str = "oracle"
+    agent_options: dict[str, Any] = field(default_factory=lambda: {"style": "edit"})
+    trajectories: str | None = None
+    """A glob of trajectory files to learn from instead of collecting (resolved episodes only)."""
+
+
+@dataclass
+class InferenceConfig:
+    """Where rollouts are generated."""
+
+    engine: str = "hf"
+    """``hf`` (transformers generate inside each rollout worker) or ``vllm`` (GPU engines as Ray actors)."""
+    num_engines: int = 1
+    """vLLM engine actors (each on ``tensor_parallel_size`` GPUs); workers share them round-robin."""
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.85
+    dtype: str = "bfloat16"
+
+
+@dataclass
+class FleetConfig:
+    """The rollout fleet."""
+
+    backend: str = "ray"
+    """``ray`` (actors) or ``local`` (in-process, one episode at a time; for tests and debugging)."""
+    workers: int = 2
+    envs_per_worker: int = 1
+    """Environments (and concurrent episodes) per worker."""
+    mode: str = "sync"
+    """``sync`` (generate a batch, then train) or ``async`` (rollouts continue while the learner trains)."""
+    max_staleness: int = 1
+    """Async: a sample generated more than this many policy versions ago is dropped."""
+    max_restarts: int = 8
+    """Dead workers replaced before the run gives up."""
+    worker_cpus: float = 1.0
+    """Ray CPUs reserved per worker."""
+    save_trajectories: bool = True
+    """Write every episode's trajectory under ``RUN_DIR/trajectories/``."""
+
+
+@dataclass
+class RayConfig:
+    """How to reach Ray."""
+
+    address: str | None = None
+    """None starts a local cluster; ``auto`` or ``ray://HOST:10001`` joins a running one."""
+    num_cpus: int | None = None
+    """CPUs of the local cluster (None: all)."""
+
+
+@dataclass
+class LoopConfig:
+    """The training loop."""
+
+    steps: int = 20
+    """RL steps (learner updates)."""
+    tasks_per_step: int = 4
+    """Groups per step; each has the algorithm's ``group_size`` episodes."""
+    max_refills: int = 8
+    """Extra groups per step to replace groups with no signal (all rewards equal) or infra errors."""
+    checkpoint_every: int = 5
+    eval_every: int = 5
+    """Steps between evaluations on every training task (0: never)."""
+    eval_samples: int = 4
+    """Episodes per task in an evaluation."""
+    eval_temperature: float | None = None
+    """Sampling temperature of evaluations (None: the agent's)."""
+
+
+@dataclass
+class TrainConfig:
+    """A whole training run."""
+
+    seed: int = 0
+    run_dir: str = "runs/default"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvSection = field(default_factory=EnvSection)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
+    agent: HFAgentConfig = field(default_factory=HFAgentConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    sft: SFTSection = field(default_factory=SFTSection)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    train: LoopConfig = field(default_factory=LoopConfig)
+
+    def check(self) -> "TrainConfig":
+        """Raise ConfigError on values that cannot work together."""
+        if self.fleet.backend not in ("ray", "local"):
+            raise ConfigError(f"fleet.backend must be 'ray' or 'local', got {self.fleet.backend!r}")
+        if self.fleet.mode not in ("sync", "async"):
+            raise ConfigError(f"fleet.mode must be 'sync' or 'async', got {self.fleet.mode!r}")
+        if self.inference.engine not in ("hf", "vllm"):
+            raise ConfigError(f"inference.engine must be 'hf' or 'vllm', got {self.inference.engine!r}")
+        if self.inference.engine == "vllm" and self.fleet.backend != "ray":
+            raise ConfigError("inference.engine vllm runs engines as Ray actors: set fleet.backend: ray")
+        if self.fleet.workers < 1 or self.fleet.envs_per_worker < 1:
+            raise ConfigError("fleet.workers and fleet.envs_per_worker must be >= 1")
+        return self
+
+
+def from_dict(cls, data: Any, where: str = ""):
+    """Build dataclass ``cls`` from a mapping, recursively; unknown keys raise ConfigError."""
+    if data is None:
+        return cls()
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or cls.__name__}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{where or cls.__name__}: unknown key(s) {unknown}; valid: {sorted(names)}")
+    values = {}
+    for key, value in data.items():
+        sub = _dataclass_in(hints[key])
+        values[key] = from_dict(sub, value, f"{where}{key}.") if sub and value is not None else value
+    try:
+        return cls(**values)
+    except TypeError as exc:
+        raise ConfigError(f"{where or cls.__name__}: {exc}") from None
+
+
+def _dataclass_in(hint) -> type | None:
+    if dataclasses.is_dataclass(hint):
+        return hint
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return next((a for a in typing.get_args(hint) if dataclasses.is_dataclass(a)), None)
+    return None
+
+
+def apply_override(data: dict, override: str) -> None:
+    """Apply ``a.b.c=value`` (value parsed as YAML) to a nested mapping."""
+    if "=" not in override:
+        raise ConfigError(f"override {override!r} must look like key.path=value")
+    key, raw = override.split("=", 1)
+    parts = key.strip().split(".")
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {override!r}: {part} is not a section")
+    node[parts[-1]] = yaml.safe_load(raw)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> TrainConfig:
+    """The config in the YAML file at ``path`` (or the defaults) with ``overrides`` applied."""
+    data: dict = {}
+    if path:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    for override in overrides:
+        apply_override(data, override)
+    return from_dict(TrainConfig, data).check()
+
+
+def to_dict(config: TrainConfig) -> dict:
+    """The config as plain data (for the run folder and checkpoints)."""
+    return dataclasses.asdict(config)

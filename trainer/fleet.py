@@ -1,0 +1,315 @@
+"""The rollout fleet: workers that each own environments and an inference client, running episodes.
+
+A :class:`RolloutWorker` holds ``envs_per_worker`` environments, an engine (transformers in-process, or a
+client of a shared vLLM engine actor) and one agent per environment. :class:`RayFleet` runs workers as
+Ray actors (threaded, so their episodes and weight updates interleave) and replaces a worker that dies,
+rescheduling its episodes; :class:`LocalFleet` runs one worker in-process for tests and debugging.
+Both take requests with ``submit`` and hand back finished episodes with ``wait``.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.trajectory import TokenSequence
+from envs.errors import InfraError
+
+
+@dataclass(frozen=True)
+class EpisodeRequest:
+    """One episode to run: a task, a seed, and the group (GRPO) it belongs to."""
+
+    task_id: str
+    seed: int
+    group: int = 0
+    tag: str = "train"
+    """``train``, ``eval`` or ``sft``: where the result goes (and the trajectory folder)."""
+    temperature: float | None = None
+    """Overrides the agent's sampling temperature (evaluations)."""
+
+
+@dataclass
+class EpisodeOutcome:
+    """A finished episode, as the learner needs it."""
+
+    request: EpisodeRequest
+    status: str
+    reward: float
+    turns: int
+    duration_s: float
+    generate_s: float
+    """Time spent in the inference engine (the environment idles meanwhile)."""
+    tokens: TokenSequence | None = None
+    worker: int = -1
+    trajectory: str | None = None
+    error: dict[str, Any] | None = None
+    components: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def infra_error(self) -> bool:
+        return self.status == "infra_error" or math.isnan(self.reward)
+
+    @property
+    def resolved(self) -> bool:
+        return self.status == "resolved"
+
+    @property
+    def version(self) -> int:
+        """Oldest policy version that generated any token of the episode."""
+        return min(self.tokens.versions) if self.tokens and self.tokens.versions else 0
+
+
+@dataclass
+class WorkerSpec:
+    """What a worker builds: its environments, engine and agents."""
+
+    tasks: list[Any]
+    """Task objects the environments may be asked for."""
+    env: dict[str, Any]
+    """``EnvSection`` fields as a dict."""
+    agent: str = "hf"
+    agent_options: dict[str, Any] = field(default_factory=dict)
+    model_path: str | None = None
+    """Model folder for the in-process engine and the tokenizer."""
+    engine_handles: list[Any] = field(default_factory=list)
+    """Ray handles of shared engine actors (vLLM); empty: an in-process transformers engine."""
+    envs_per_worker: int = 1
+    trajectory_dir: str | None = None
+    format_options: dict[str, Any] = field(default_factory=dict)
+    """The hf agent's prompt options (system prompt, tools), to tokenise other agents' episodes as SFT data."""
+
+
+class _TimedEngine:
+    """Wraps an engine to add up the time spent generating."""
+
+    def __init__(self, engine):
+        self.engine, self.seconds = engine, 0.0
+
+    @property
+    def version(self) -> int:
+        return self.engine.version
+
+    def generate(self, prompts, params):
+        start = time.monotonic()
+        try:
+            return self.engine.generate(prompts, params)
+        finally:
+            self.seconds += time.monotonic() - start
+
+    def update_weights(self, state_dict, version):
+        self.engine.update_weights(state_dict, version)
+
+
+class RolloutWorker:
+    """Runs episodes on its own environments with its own agents (one of each per slot)."""
+
+    def __init__(self, spec: WorkerSpec, worker_id: int = 0):
+        self.spec, self.worker_id = spec, worker_id
+        self.tokenizer, self.engine = None, None
+        if spec.model_path:
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(spec.model_path, local_files_only=True)
+        if spec.agent == "hf":
+            if spec.engine_handles:
+                from trainer.inference import RayEngineClient
+
+                self.engine = RayEngineClient(spec.engine_handles[worker_id % len(spec.engine_handles)])
+            else:
+                from agents.hf import HFEngine
+
+                self.engine = HFEngine.from_pretrained(spec.model_path, dtype="float32", device="cpu")
+        self._slots: queue.Queue = queue.Queue()
+        for _ in range(spec.envs_per_worker):
+            self._slots.put({"env": None})
+
+    def _env(self):
+        import gymnasium as gym
+
+        from envs.repo_env import EnvConfig
+
+        e = self.spec.env
+        config = EnvConfig(sandbox=e.get("sandbox"), max_turns=e.get("max_turns", 4),
+                           eval_timeout=e.get("eval_timeout", 300.0), command_timeout=e.get("command_timeout", 30.0),
+                           reward=e.get("reward", "default"), analyze_final_diff=e.get("analyze_final_diff", False))
+        return gym.make("repogym/RepoTask-v0", tasks=self.spec.tasks, config=config).unwrapped
+
+    def _agent(self, request: EpisodeRequest):
+        if self.spec.agent == "hf":
+            from dataclasses import replace
+
+            from agents.hf import HFAgent, HFAgentConfig
+
+            config = HFAgentConfig(**self.spec.agent_options)
+            if request.temperature is not None:
+                config = replace(config, temperature=request.temperature)
+            return HFAgent(_TimedEngine(self.engine), self.tokenizer, config)
+        from agents import make_agent
+
+        options = dict(self.spec.agent_options)
+        if self.spec.agent == "oracle":
+            options.setdefault("tasks", self.spec.tasks)
+        return make_agent(self.spec.agent, **options)
+
+    def run(self, request: EpisodeRequest) -> EpisodeOutcome:
+        """Run one episode; infrastructure failures come back as an ``infra_error`` outcome."""
+        from agents.rollout import run_episode
+
+        slot = self._slots.get()
+        start = time.monotonic()
+        trajectory = None
+        if self.spec.trajectory_dir:
+            name = f"{request.task_id}.s{request.seed}.jsonl"
+            trajectory = str(Path(self.spec.trajectory_dir) / request.tag / name)
+        try:
+            if slot["env"] is None:
+                slot["env"] = self._env()
+            agent = self._agent(request)
+            result = run_episode(slot["env"], agent, task_id=request.task_id, seed=request.seed,
+                                 agent_name=self.spec.agent, trajectory=trajectory)
+            tokens = result.tokens
+            if tokens is None and self.tokenizer is not None and not result.infra_error:
+                from trainer.sft_data import teacher_forced_tokens
+
+                tokens = teacher_forced_tokens(result.trajectory, self.tokenizer, self.spec.format_options)
+            generate_s = agent.engine.seconds if isinstance(getattr(agent, "engine", None), _TimedEngine) else 0.0
+            return EpisodeOutcome(request, result.status, result.reward, result.turns, time.monotonic() - start,
+                                  generate_s, tokens, self.worker_id, trajectory, result.eval.get("error"),
+                                  result.info.get("reward_components", {}))
+        except InfraError as exc:
+            if slot["env"] is not None:
+                slot["env"].close()
+                slot["env"] = None
+            return EpisodeOutcome(request, "infra_error", float("nan"), 0, time.monotonic() - start, 0.0,
+                                  worker=self.worker_id, trajectory=trajectory,
+                                  error={"where": exc.where, "message": exc.message})
+        finally:
+            self._slots.put(slot)
+
+    def set_weights(self, state_dict, version: int) -> int:
+        """Load new policy weights into the in-process engine."""
+        if self.engine is not None and not self.spec.engine_handles:
+            self.engine.update_weights(state_dict, version)
+        return version
+
+    def ping(self) -> int:
+        return self.worker_id
+
+
+class LocalFleet:
+    """One worker in this process; ``wait`` runs the next queued request."""
+
+    def __init__(self, spec: WorkerSpec):
+        self.worker = RolloutWorker(spec, 0)
+        self._queue: list[EpisodeRequest] = []
+        self.restarts = 0
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._queue)
+
+    def submit(self, requests: list[EpisodeRequest]) -> None:
+        self._queue.extend(requests)
+
+    def wait(self, timeout: float | None = None) -> list[EpisodeOutcome]:
+        if not self._queue:
+            return []
+        return [self.worker.run(self._queue.pop(0))]
+
+    def push_weights(self, state_dict, version: int) -> None:
+        self.worker.set_weights(state_dict, version)
+
+    def close(self) -> None:
+        self._queue.clear()
+
+
+class RayFleet:
+    """Workers as Ray actors; a dead worker is replaced (with the current weights) and its episodes rerun."""
+
+    def __init__(self, spec: WorkerSpec, workers: int, worker_cpus: float = 1.0, max_restarts: int = 8):
+        import ray
+
+        self.ray = ray
+        self.spec, self.max_restarts, self.restarts = spec, max_restarts, 0
+        concurrency = spec.envs_per_worker + 1  # one more thread so weight updates never wait for an episode
+        self._actor = ray.remote(num_cpus=worker_cpus, max_concurrency=concurrency)(RolloutWorker)
+        self._weights: tuple[Any, int] | None = None
+        self.workers = [self._start(i) for i in range(workers)]
+        self._futures: dict[Any, tuple[EpisodeRequest, int, Any]] = {}
+        self._load = [0] * workers
+
+    def _start(self, index: int):
+        actor = self._actor.remote(self.spec, index)
+        if self._weights is not None:
+            actor.set_weights.remote(*self._weights)
+        return actor
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._futures)
+
+    def submit(self, requests: list[EpisodeRequest]) -> None:
+        for request in requests:
+            index = min(range(len(self.workers)), key=self._load.__getitem__)
+            worker = self.workers[index]
+            self._futures[worker.run.remote(request)] = (request, index, worker)
+            self._load[index] += 1
+
+    def wait(self, timeout: float | None = None) -> list[EpisodeOutcome]:
+        """Finished episodes (at least one unless ``timeout`` passes or nothing is in flight)."""
+        if not self._futures:
+            return []
+        done, _ = self.ray.wait(list(self._futures), num_returns=1, timeout=timeout)
+        # Collect everything else that is already finished too.
+        more, _ = self.ray.wait([f for f in self._futures if f not in done], num_returns=len(self._futures) - len(done),
+                                timeout=0) if len(self._futures) > len(done) else ([], [])
+        results = []
+        for future in list(done) + list(more):
+            request, index, worker = self._futures.pop(future)
+            self._load[index] -= 1
+            try:
+                results.append(self.ray.get(future))
+            except self.ray.exceptions.RayActorError:
+                if self.workers[index] is worker:  # the first of its failed episodes replaces it
+                    self._replace(index)
+                self.submit([request])
+        return results
+
+    def _replace(self, index: int) -> None:
+        self.restarts += 1
+        if self.restarts > self.max_restarts:
+            raise InfraError("fleet", f"{self.restarts} rollout workers died (max_restarts {self.max_restarts})")
+        # Every episode in flight on the dead worker fails with RayActorError and is resubmitted as it comes.
+        self.workers[index] = self._start(index)
+
+    def push_weights(self, state_dict, version: int) -> None:
+        """Send new weights to every worker (one object in the Ray store, shared)."""
+        ref = self.ray.put(state_dict)
+        self._weights = (ref, version)
+        pending = {w.set_weights.remote(ref, version): i for i, w in enumerate(self.workers)}
+        for future, index in pending.items():
+            try:
+                self.ray.get(future)
+            except self.ray.exceptions.RayActorError:
+                self._replace(index)
+
+    def close(self) -> None:
+        for worker in self.workers:
+            self.ray.kill(worker)
+        self._futures.clear()
+
+
+def make_fleet(spec: WorkerSpec, backend: str, workers: int = 1, worker_cpus: float = 1.0, max_restarts: int = 8):
+    """A ``ray`` or ``local`` fleet."""
+    if backend == "local":
+        return LocalFleet(spec)
+    return RayFleet(spec, workers, worker_cpus, max_restarts)
+
+
+__all__ = ["EpisodeOutcome", "EpisodeRequest", "LocalFleet", "RayFleet", "RolloutWorker", "WorkerSpec", "make_fleet"]

@@ -1,0 +1,409 @@
+"""The training run, top to bottom: model, fleet, SFT warm start, then RL steps with a curriculum.
+
+One RL step: the curriculum picks tasks -> the fleet runs ``group_size`` episodes of each -> groups with
+no signal (all rewards equal) are refilled, infra-error episodes dropped, stale samples (async) dropped
+-> the algorithm's advantages and loss -> one learner update -> new weights to the engines -> the
+curriculum learns which tasks were solved. Metrics go to ``RUN_DIR/metrics.jsonl`` and TensorBoard.
+
+Sync mode runs a step's episodes, then trains. Async mode keeps a second step's worth of groups in
+flight while the learner trains, and drops samples more than ``fleet.max_staleness`` versions old.
+With ``fleet.backend: local`` (one in-process worker) a run is deterministic given its seed, which is
+what makes resuming from a checkpoint reproduce the next step exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from envs.errors import ConfigError
+from trainer.algorithms import make_algorithm
+from trainer.algorithms.common import Sample
+from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from trainer.config import TrainConfig, to_dict
+from trainer.curriculum import Curriculum
+from trainer.fleet import EpisodeOutcome, EpisodeRequest, WorkerSpec, make_fleet
+from trainer.metrics import MetricsLogger
+
+
+def _seed_of(*parts: int) -> int:
+    value = 0
+    for part in parts:
+        value = (value * 1_000_003 + part) % (2 ** 31 - 1)
+    return value
+
+
+class Trainer:
+    """Holds a run's state; ``run()`` trains to ``train.steps`` (resuming from RUN_DIR if it has a checkpoint)."""
+
+    def __init__(self, config: TrainConfig, progress: bool = True):
+        self.config = config.check()
+        self.run_dir = Path(config.run_dir).resolve()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.progress = progress
+        random.seed(config.seed)
+        import numpy as np
+        import torch
+
+        np.random.seed(config.seed)
+        torch.manual_seed(config.seed)
+        self.curriculum = Curriculum(config.curriculum)
+        self.tasks = self.curriculum.all_tasks()
+        if not self.tasks:
+            raise ConfigError("the curriculum has no tasks (check curriculum.suites / task_ids / max_difficulty)")
+        self.model_path = self._model_path()
+        self.algorithm = make_algorithm(config.algorithm.name, config.algorithm.options, self._hidden_size())
+        if self.algorithm.name == "sft":
+            raise ConfigError("algorithm sft is the warm start: set sft.steps and an RL algorithm (grpo, ppo)")
+        self.group_size = int(getattr(self.algorithm.config, "group_size", 1))
+        self.learner = self._learner()
+        self.step, self.version, self.next_group, self.sft_done = 0, 0, 0, False
+        self.fleet = None
+        self._groups: dict[int, dict[str, Any]] = {}
+        self._ready: list[dict[str, Any]] = []
+        self._eval: list[EpisodeOutcome] = []
+        self._stats: dict[str, Any] = {"episodes": [], "refills": 0, "zero_variance": 0, "dropped_stale": 0}
+
+    # -- setup ----------------------------------------------------------------------------------------
+    def _model_path(self) -> str:
+        if self.config.model.path:
+            if not Path(self.config.model.path).exists():
+                raise ConfigError(f"model.path {self.config.model.path} does not exist (no hub downloads)")
+            return str(Path(self.config.model.path).resolve())
+        out = self.run_dir / "model"
+        if not (out / "config.json").exists():
+            from trainer.tiny import build_tiny
+
+            build_tiny(out, self._corpus(), self.config.model.tiny)
+        return str(out)
+
+    def _corpus(self) -> list[str]:
+        """Text for the tiny tokenizer: the prompts, tool schemas and oracle actions of the training tasks."""
+        from agents.hf import DEFAULT_SYSTEM_PROMPT
+        from agents.oracle import OracleAgent
+        from envs.repo_env import EnvConfig, RepoTaskEnv
+        from envs.tools import tools_schema
+
+        env = RepoTaskEnv(tasks=self.tasks, sandbox="local",
+                          config=EnvConfig(max_turns=self.config.env.max_turns))
+        oracle = OracleAgent(tasks=self.tasks, style="edit")
+        texts = [self.config.agent.system_prompt or DEFAULT_SYSTEM_PROMPT, json.dumps(tools_schema())]
+        for task in self.tasks:
+            texts.append(env._intro(task))
+            texts += ["<tool_call>" + a + "</tool_call>" for a in oracle.plan(task)]
+        return texts * 4
+
+    def _hidden_size(self) -> int:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(self.model_path, local_files_only=True).hidden_size
+
+    def _learner(self):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from trainer.learner import Learner
+
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(self.model_path, local_files_only=True, dtype="float32")
+        self.max_len = getattr(model.config, "max_position_embeddings", None)
+        extra = list(self.algorithm.parameters()) if hasattr(self.algorithm, "parameters") else []
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        return Learner(model, self.config.learner, pad, extra, reference=bool(self.algorithm.needs_reference))
+
+    def _spec(self, agent: str = "hf", agent_options: dict | None = None) -> WorkerSpec:
+        c = self.config
+        options = dataclasses.asdict(c.agent) if agent == "hf" else dict(agent_options or {})
+        return WorkerSpec(tasks=self.tasks, env=dataclasses.asdict(c.env), agent=agent, agent_options=options,
+                          model_path=self.model_path, engine_handles=self._engines() if agent == "hf" else [],
+                          envs_per_worker=c.fleet.envs_per_worker,
+                          trajectory_dir=str(self.run_dir / "trajectories") if c.fleet.save_trajectories else None,
+                          format_options={"system_prompt": c.agent.system_prompt, "tools": c.agent.tools})
+
+    def _engines(self) -> list:
+        if self.config.inference.engine != "vllm":
+            return []
+        if not hasattr(self, "_vllm"):
+            from trainer.inference.vllm import VLLMEngineConfig, make_vllm_actor
+
+            i = self.config.inference
+            cfg = VLLMEngineConfig(model=self.model_path, tensor_parallel_size=i.tensor_parallel_size,
+                                   dtype=i.dtype, gpu_memory_utilization=i.gpu_memory_utilization,
+                                   seed=self.config.seed)
+            self._vllm = [make_vllm_actor(cfg) for _ in range(i.num_engines)]
+        return self._vllm
+
+    def _start_ray(self) -> None:
+        if self.config.fleet.backend != "ray":
+            return
+        import ray
+
+        if not ray.is_initialized():
+            r = self.config.ray
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            if r.address:
+                kwargs["address"] = r.address
+            elif r.num_cpus:
+                kwargs["num_cpus"] = r.num_cpus
+            ray.init(**kwargs)
+
+    def _make_fleet(self, spec: WorkerSpec):
+        f = self.config.fleet
+        return make_fleet(spec, f.backend, f.workers, f.worker_cpus, f.max_restarts)
+
+    # -- checkpoints ----------------------------------------------------------------------------------
+    def save(self) -> Path:
+        return save_checkpoint(self.run_dir, self.step, {
+            "learner": self.learner.state_dict(), "curriculum": self.curriculum.state_dict(),
+            "version": self.version, "next_group": self.next_group, "sft_done": self.sft_done,
+            "config": to_dict(self.config)})
+
+    def resume(self) -> bool:
+        """Load the run folder's latest checkpoint, if any."""
+        path = latest_checkpoint(self.run_dir)
+        if path is None:
+            return False
+        state = load_checkpoint(path)
+        self.learner.load_state_dict(state["learner"])
+        self.curriculum.load_state_dict(state["curriculum"])
+        self.step, self.version = state["step"], state["version"]
+        self.next_group, self.sft_done = state["next_group"], state["sft_done"]
+        return True
+
+    # -- the run --------------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        """Train; returns the last step's metrics."""
+        c = self.config
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(c), sort_keys=False))
+        resumed = self.resume()
+        self.logger = MetricsLogger(self.run_dir, resume_step=self.step if resumed else 0)
+        self._start_ray()
+        last: dict[str, Any] = {}
+        bar = None
+        try:
+            if c.sft.steps > 0 and not self.sft_done:
+                self.warm_start()
+            self.fleet = self._make_fleet(self._spec())
+            self.fleet.push_weights(self.learner.policy_state(), self.version)
+            if self.step == 0 and c.train.eval_every:
+                last = {"step": 0, **self.evaluate()}
+                self.logger.log(0, last)
+            if self.progress:
+                from tqdm import tqdm
+
+                bar = tqdm(total=c.train.steps, initial=self.step, desc="train", unit="step")
+            while self.step < c.train.steps:
+                last = self.rl_step()
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(reward=f"{last.get('rollout/reward_mean', float('nan')):.2f}",
+                                    success=f"{last.get('rollout/success_rate', float('nan')):.2f}",
+                                    eps_min=f"{last.get('charts/episodes_per_min', 0):.0f}")
+            return last
+        finally:
+            if bar is not None:
+                bar.close()
+            if self.fleet is not None:
+                self.fleet.close()
+            self.logger.close()
+
+    def warm_start(self) -> None:
+        """SFT on successful trajectories (collected from ``sft.agent`` on the training tasks, or a glob)."""
+        from trainer.algorithms.sft import SFT, SFTConfig
+        from trainer.sft_data import load_sft_sequences
+
+        s = self.config.sft
+        fmt = {"system_prompt": self.config.agent.system_prompt, "tools": self.config.agent.tools}
+        if s.trajectories:
+            sequences = load_sft_sequences(s.trajectories, self.tokenizer, fmt)
+        else:
+            fleet = self._make_fleet(self._spec(s.agent, s.agent_options))
+            try:
+                fleet.submit([EpisodeRequest(t.instance_id, _seed_of(self.config.seed, i), tag="sft")
+                              for i, t in enumerate(self.tasks)])
+                outcomes: list[EpisodeOutcome] = []
+                while fleet.in_flight:
+                    outcomes += fleet.wait()
+            finally:
+                fleet.close()
+            sequences = [o.tokens for o in sorted(outcomes, key=lambda o: o.request.task_id)
+                         if o.resolved and o.tokens is not None]
+        if not sequences:
+            raise ConfigError(f"SFT warm start found no successful trajectories (agent {s.agent!r})")
+        samples = [Sample(q.ids, q.mask, q.logprobs) for q in sequences]
+        sft = SFT(SFTConfig(steps=s.steps, batch_size=s.batch_size))
+        rng = random.Random(self.config.seed)
+        groups = self.learner.optimizer.param_groups
+        lrs = [g["lr"] for g in groups]
+        if s.lr is not None:
+            for g in groups:
+                g["lr"] = s.lr
+        log = MetricsLogger(self.run_dir / "sft", tensorboard=False)
+        try:
+            for k in range(1, s.steps + 1):
+                batch = [samples[rng.randrange(len(samples))] for _ in range(s.batch_size)]
+                metrics = self.learner.train_step(batch, sft)
+                log.log(k, {"sft/loss": metrics["losses/sft_loss"],
+                            "sft/token_accuracy": metrics["losses/token_accuracy"], "sft/sequences": len(samples)})
+        finally:
+            log.close()
+            for g, lr in zip(groups, lrs):
+                g["lr"] = lr
+        self.learner.steps = 0
+        self.sft_done = True
+
+    # -- collecting groups ----------------------------------------------------------------------------
+    def _submit_groups(self, n: int) -> None:
+        for task in self.curriculum.sample(n):
+            gid = self.next_group
+            self.next_group += 1
+            self._groups[gid] = {"task": task.instance_id, "outcomes": [], "submitted_version": self.version}
+            self.fleet.submit([EpisodeRequest(task.instance_id, _seed_of(self.config.seed, gid, i), gid)
+                               for i in range(self.group_size)])
+
+    def _receive(self, outcome: EpisodeOutcome) -> None:
+        if outcome.request.tag == "eval":
+            self._eval.append(outcome)
+            return
+        st = self._stats
+        st["episodes"].append(outcome)
+        group = self._groups.get(outcome.request.group)
+        if group is None:
+            return
+        group["outcomes"].append(outcome)
+        if not outcome.infra_error:
+            self.curriculum.update(outcome.request.task_id, outcome.resolved)
+        if len(group["outcomes"]) < self.group_size:
+            return
+        del self._groups[outcome.request.group]
+        valid = [o for o in group["outcomes"] if not o.infra_error and o.tokens is not None]
+        rewards = [o.reward for o in valid]
+        stale = valid and self.version - min(o.version for o in valid) > self.config.fleet.max_staleness
+        no_signal = len(valid) < 2 or max(rewards) - min(rewards) < 1e-9
+        if stale:
+            st["dropped_stale"] += 1
+        elif no_signal and self.config.train.max_refills >= 0 and self.group_size > 1:
+            st["zero_variance"] += 1
+        else:
+            group["gid"] = outcome.request.group
+            group["valid"] = valid
+            self._ready.append(group)
+            return
+        if st["refills"] < self.config.train.max_refills:
+            st["refills"] += 1
+            self._submit_groups(1)
+
+    def collect(self) -> list[dict[str, Any]]:
+        """This step's groups (``tasks_per_step`` of them, fewer if refills ran out)."""
+        c = self.config
+        want = c.train.tasks_per_step
+        self._stats = {"episodes": [], "refills": 0, "zero_variance": 0, "dropped_stale": 0}
+        in_flight_target = want * (2 if c.fleet.mode == "async" else 1)
+        self._submit_groups(max(0, in_flight_target - len(self._groups) - len(self._ready)))
+        while len(self._ready) < want and self.fleet.in_flight:
+            for outcome in self.fleet.wait(timeout=60):
+                self._receive(outcome)
+        if c.fleet.mode == "sync":
+            # Sync: nothing may be left generating into the next step with these weights.
+            while self.fleet.in_flight:
+                for outcome in self.fleet.wait(timeout=60):
+                    self._receive(outcome)
+        self._ready.sort(key=lambda g: g["gid"])
+        take, self._ready = self._ready[:want], self._ready[want:]
+        if c.fleet.mode == "async":
+            self._submit_groups(max(0, in_flight_target - len(self._groups) - len(self._ready) - want))
+        return take
+
+    def rl_step(self) -> dict[str, Any]:
+        """Collect, filter, update, push weights; log and checkpoint."""
+        c = self.config
+        start = time.monotonic()
+        groups = self.collect()
+        rollout_s = time.monotonic() - start
+        metrics: dict[str, Any] = self._rollout_metrics(self._stats["episodes"], rollout_s)
+        metrics["rollout/groups"] = len(groups)
+        metrics["rollout/refills"] = self._stats["refills"]
+        metrics["rollout/zero_variance_groups"] = self._stats["zero_variance"]
+        metrics["rollout/dropped_stale_groups"] = self._stats["dropped_stale"]
+        samples_by_group = []
+        for g in groups:
+            samples = [Sample(o.tokens.ids, o.tokens.mask, o.tokens.logprobs, reward=o.reward,
+                              task_id=o.request.task_id, group=g["gid"], version=o.version) for o in g["valid"]
+                       if not self.max_len or len(o.tokens.ids) <= self.max_len]
+            if samples:
+                samples_by_group.append(samples)
+        staleness = [self.version - s.version for grp in samples_by_group for s in grp]
+        if staleness:
+            metrics["rollout/staleness_mean"] = statistics.fmean(staleness)
+            metrics["rollout/staleness_max"] = max(staleness)
+        learn_start = time.monotonic()
+        if samples_by_group:
+            batch = self.algorithm.prepare(samples_by_group)
+            metrics.update(self.learner.train_step(batch, self.algorithm, int(getattr(self.algorithm.config,
+                                                                                      "epochs", 1))))
+            self.version += 1
+            self.fleet.push_weights(self.learner.policy_state(), self.version)
+        else:
+            metrics["losses/skipped"] = 1
+        self.step += 1
+        metrics["charts/learner_s"] = time.monotonic() - learn_start
+        metrics["charts/rollout_s"] = rollout_s
+        metrics["charts/step_s"] = time.monotonic() - start
+        metrics["charts/policy_version"] = self.version
+        metrics["charts/lr"] = self.learner.optimizer.param_groups[0]["lr"]
+        metrics["charts/worker_restarts"] = getattr(self.fleet, "restarts", 0)
+        metrics.update(self.curriculum.metrics())
+        if c.train.eval_every and (self.step % c.train.eval_every == 0 or self.step == c.train.steps):
+            metrics.update(self.evaluate())
+        self.logger.log(self.step, metrics)
+        if c.train.checkpoint_every and (self.step % c.train.checkpoint_every == 0 or self.step == c.train.steps):
+            self.save()
+        return {"step": self.step, **metrics}
+
+    @staticmethod
+    def _rollout_metrics(episodes: list[EpisodeOutcome], seconds: float) -> dict[str, Any]:
+        valid = [o for o in episodes if not o.infra_error]
+        out: dict[str, Any] = {"rollout/episodes": len(episodes), "rollout/infra_errors": len(episodes) - len(valid),
+                               "charts/episodes_per_min": 60.0 * len(episodes) / max(seconds, 1e-9)}
+        if valid:
+            out["rollout/success_rate"] = sum(o.resolved for o in valid) / len(valid)
+            out["rollout/reward_mean"] = statistics.fmean(o.reward for o in valid)
+            out["rollout/turns_mean"] = statistics.fmean(o.turns for o in valid)
+            out["rollout/generated_tokens"] = sum(sum(o.tokens.mask) for o in valid if o.tokens)
+        else:
+            out["rollout/success_rate"] = math.nan
+        busy = sum(o.duration_s for o in episodes)
+        if busy > 0:
+            out["rollout/env_idle_share"] = sum(o.generate_s for o in episodes) / busy
+        return out
+
+    def evaluate(self) -> dict[str, float]:
+        """Success rate on every training task, ``eval_samples`` episodes each, with the current weights."""
+        c = self.config
+        temperature = c.train.eval_temperature
+        self._eval = []
+        self.fleet.submit([EpisodeRequest(t.instance_id, _seed_of(c.seed, 7919, self.step, k, i), -1, "eval",
+                                          temperature)
+                           for i, t in enumerate(self.tasks) for k in range(c.train.eval_samples)])
+        want = len(self.tasks) * c.train.eval_samples
+        while len(self._eval) < want and self.fleet.in_flight:
+            for outcome in self.fleet.wait(timeout=60):
+                self._receive(outcome)
+        valid = [o for o in self._eval if not o.infra_error]
+        out = {"eval/episodes": len(self._eval), "eval/infra_errors": len(self._eval) - len(valid)}
+        if valid:
+            out["eval/success_rate"] = sum(o.resolved for o in valid) / len(valid)
+            out["eval/reward_mean"] = statistics.fmean(o.reward for o in valid)
+        return out
+
+
+def train(config: TrainConfig, progress: bool = True) -> dict[str, Any]:
+    """Run (or resume) the training run ``config`` describes; returns the last step's metrics."""
+    return Trainer(config, progress).run()
