@@ -131,7 +131,7 @@ class Trainer:
         if self.config.inference.engine != "vllm":
             return []
         if not hasattr(self, "_vllm"):
-            from trainer.inference.vllm import VLLMEngineConfig, make_vllm_actor
+            from trainer.inference.vllm_engine import VLLMEngineConfig, make_vllm_actor
 
             i = self.config.inference
             cfg = VLLMEngineConfig(model=self.model_path, tensor_parallel_size=i.tensor_parallel_size,
@@ -139,6 +139,14 @@ class Trainer:
                                    seed=self.config.seed)
             self._vllm = [make_vllm_actor(cfg) for _ in range(i.num_engines)]
         return self._vllm
+
+    def _push_weights(self) -> None:
+        """The learner's weights to every rollout engine: in-process ones (fleet) and vLLM actors."""
+        from trainer.inference import push_weights
+
+        state = self.learner.policy_state()
+        self.fleet.push_weights(state, self.version)
+        push_weights(self._engines(), state, self.version)
 
     def _start_ray(self) -> None:
         if self.config.fleet.backend != "ray":
@@ -191,7 +199,7 @@ class Trainer:
             if c.sft.steps > 0 and not self.sft_done:
                 self.warm_start()
             self.fleet = self._make_fleet(self._spec())
-            self.fleet.push_weights(self.learner.policy_state(), self.version)
+            self._push_weights()
             if self.step == 0 and c.train.eval_every:
                 last = {"step": 0, **self.evaluate()}
                 self.logger.log(0, last)
@@ -349,7 +357,7 @@ class Trainer:
             metrics.update(self.learner.train_step(batch, self.algorithm, int(getattr(self.algorithm.config,
                                                                                       "epochs", 1))))
             self.version += 1
-            self.fleet.push_weights(self.learner.policy_state(), self.version)
+            self._push_weights()
         else:
             metrics["losses/skipped"] = 1
         self.step += 1
