@@ -177,11 +177,26 @@ def from_dict(cls, data: Any, where: str = ""):
     values = {}
     for key, value in data.items():
         sub = _dataclass_in(hints[key])
-        values[key] = from_dict(sub, value, f"{where}{key}.") if sub and value is not None else value
+        values[key] = (from_dict(sub, value, f"{where}{key}.") if sub and value is not None
+                       else _number(hints[key], value, f"{where}{key}"))
     try:
         return cls(**values)
     except TypeError as exc:
         raise ConfigError(f"{where or cls.__name__}: {exc}") from None
+
+
+def _number(hint, value: Any, where: str) -> Any:
+    """A number where the field wants one: YAML reads ``1e-4`` (no dot) as a string."""
+    args = set(typing.get_args(hint)) if typing.get_args(hint) else {hint}
+    if not isinstance(value, str) or not args & {int, float} or str in args:
+        return value
+    for kind in (int, float):
+        if kind in args:
+            try:
+                return kind(value)
+            except ValueError:
+                pass
+    raise ConfigError(f"{where}: expected a number, got {value!r}")
 
 
 def _dataclass_in(hint) -> type | None:

@@ -126,6 +126,15 @@ class Learner:
             model = copy.deepcopy(model).merge_and_unload()
         return {k: v.detach().to("cpu", dtype=torch.float32).clone() for k, v in model.state_dict().items()}
 
+    def export(self, out_dir, tokenizer=None) -> None:
+        """Save the policy as a model folder ``from_pretrained`` loads (LoRA merged in), with its tokenizer."""
+        model = self.model
+        if self.config.lora is not None:
+            model = copy.deepcopy(model).merge_and_unload()
+        model.save_pretrained(out_dir)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(out_dir)
+
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed run needs: weights, optimiser, extra parameters, step count."""
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),

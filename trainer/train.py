@@ -64,6 +64,11 @@ class Trainer:
         if self.algorithm.name == "sft":
             raise ConfigError("algorithm sft is the warm start: set sft.steps and an RL algorithm (grpo, ppo)")
         self.group_size = int(getattr(self.algorithm.config, "group_size", 1))
+        algo_temperature = float(getattr(self.algorithm.config, "temperature", 1.0))
+        if abs(algo_temperature - config.agent.temperature) > 1e-9:
+            # The learner's ratios compare against sampling logprobs: both must be at the same temperature.
+            raise ConfigError(f"algorithm.options.temperature ({algo_temperature}) must equal agent.temperature "
+                              f"({config.agent.temperature})")
         self.learner = self._learner()
         self.step, self.version, self.next_group, self.sft_done = 0, 0, 0, False
         self.fleet = None
@@ -255,8 +260,12 @@ class Trainer:
                 g["lr"] = s.lr
         log = MetricsLogger(self.run_dir / "sft", tensorboard=False)
         try:
+            order: list[int] = []
             for k in range(1, s.steps + 1):
-                batch = [samples[rng.randrange(len(samples))] for _ in range(s.batch_size)]
+                # Epochs over a reshuffled order: every sequence is seen equally often.
+                while len(order) < s.batch_size:
+                    order += rng.sample(range(len(samples)), len(samples))
+                batch, order = [samples[i] for i in order[:s.batch_size]], order[s.batch_size:]
                 metrics = self.learner.train_step(batch, sft)
                 log.log(k, {"sft/loss": metrics["losses/sft_loss"],
                             "sft/token_accuracy": metrics["losses/token_accuracy"], "sft/sequences": len(samples)})
@@ -266,6 +275,8 @@ class Trainer:
                 g["lr"] = lr
         self.learner.steps = 0
         self.sft_done = True
+        # The warm-started policy as a model folder: a later run can start from it (model.path).
+        self.learner.export(self.run_dir / "sft" / "model", self.tokenizer)
 
     # -- collecting groups ----------------------------------------------------------------------------
     def _submit_groups(self, n: int) -> None:
@@ -293,7 +304,7 @@ class Trainer:
         del self._groups[outcome.request.group]
         valid = [o for o in group["outcomes"] if not o.infra_error and o.tokens is not None]
         rewards = [o.reward for o in valid]
-        stale = valid and self.version - min(o.version for o in valid) > self.config.fleet.max_staleness
+        stale = self._too_stale(valid)
         no_signal = len(valid) < 2 or max(rewards) - min(rewards) < 1e-9
         if stale:
             st["dropped_stale"] += 1
@@ -308,11 +319,19 @@ class Trainer:
             st["refills"] += 1
             self._submit_groups(1)
 
+    def _too_stale(self, outcomes: list[EpisodeOutcome]) -> bool:
+        """Whether any episode was generated (in part) by weights more than ``max_staleness`` versions old."""
+        return bool(outcomes) and self.version - min(o.version for o in outcomes) > self.config.fleet.max_staleness
+
     def collect(self) -> list[dict[str, Any]]:
         """This step's groups (``tasks_per_step`` of them, fewer if refills ran out)."""
         c = self.config
         want = c.train.tasks_per_step
         self._stats = {"episodes": [], "refills": 0, "zero_variance": 0, "dropped_stale": 0}
+        # Groups finished before the last update may have aged past the bound while they waited.
+        fresh = [g for g in self._ready if not self._too_stale(g["valid"])]
+        self._stats["dropped_stale"] = len(self._ready) - len(fresh)
+        self._ready = fresh
         in_flight_target = want * (2 if c.fleet.mode == "async" else 1)
         self._submit_groups(max(0, in_flight_target - len(self._groups) - len(self._ready)))
         while len(self._ready) < want and self.fleet.in_flight:

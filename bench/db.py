@@ -1,0 +1,183 @@
+"""The results database (SQLite): one row per finished episode, plus the metrics of training runs.
+
+Episodes are written one by one as they finish, each in its own transaction (WAL journal), so a run
+killed at any moment keeps every episode that finished. ``episode_key`` (agent, checkpoint, suite,
+task, sample) is unique: re-running the same benchmark skips what is already there.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS episodes (
+    id INTEGER PRIMARY KEY,
+    episode_key TEXT NOT NULL UNIQUE,
+    agent TEXT NOT NULL,            -- the name shown on the leaderboard (agent, or agent@label)
+    checkpoint TEXT NOT NULL DEFAULT '',
+    suite TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    difficulty INTEGER,
+    long_horizon INTEGER NOT NULL DEFAULT 0,  -- the task needs 10+ turns
+    sample INTEGER NOT NULL,        -- 0..k-1 within (agent, checkpoint, suite, task)
+    seed INTEGER NOT NULL,
+    status TEXT NOT NULL,           -- resolved | unresolved | patch_failed | infra_error | ...
+    reward REAL,                    -- NULL for infra_error (NaN is not stored)
+    components TEXT NOT NULL DEFAULT '{}',    -- JSON: reward components
+    turns INTEGER NOT NULL,
+    tool_calls INTEGER NOT NULL DEFAULT 0,
+    tool_errors INTEGER NOT NULL DEFAULT 0,   -- error observations (malformed calls, bad arguments, ...)
+    well_formed INTEGER NOT NULL DEFAULT 0,   -- well-formed tool calls
+    self_corrected INTEGER NOT NULL DEFAULT 0, -- resolved after a failing run_tests
+    prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    wall_s REAL NOT NULL,
+    trajectory TEXT,                -- path of the trajectory file
+    error TEXT,                     -- JSON {"where", "message"} for infra errors
+    finished_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS episodes_by_agent ON episodes (agent, suite);
+CREATE TABLE IF NOT EXISTS training_metrics (
+    run TEXT NOT NULL, step INTEGER NOT NULL, key TEXT NOT NULL, value REAL NOT NULL,
+    PRIMARY KEY (run, step, key)
+);
+"""
+
+
+@dataclass
+class EpisodeRow:
+    """One finished episode as stored."""
+
+    agent: str
+    suite: str
+    task_id: str
+    sample: int
+    seed: int
+    status: str
+    reward: float | None
+    turns: int
+    wall_s: float
+    checkpoint: str = ""
+    difficulty: int | None = None
+    long_horizon: bool = False
+    components: dict[str, float] = field(default_factory=dict)
+    tool_calls: int = 0
+    tool_errors: int = 0
+    well_formed: int = 0
+    self_corrected: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    trajectory: str | None = None
+    error: dict[str, Any] | None = None
+    finished_at: str = ""
+
+    @property
+    def key(self) -> str:
+        return episode_key(self.agent, self.checkpoint, self.suite, self.task_id, self.sample)
+
+    @property
+    def resolved(self) -> bool:
+        return self.status == "resolved"
+
+    @property
+    def infra_error(self) -> bool:
+        return self.status == "infra_error"
+
+
+def episode_key(agent: str, checkpoint: str, suite: str, task_id: str, sample: int) -> str:
+    """The identity of an episode in a benchmark: re-running it is skipped."""
+    return json.dumps([agent, checkpoint, suite, task_id, sample])
+
+
+class ResultsDB:
+    """A results database file (created on first use)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # check_same_thread=False: the runner's threads hand rows to one writer, guarded by SQLite itself.
+        self.conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.executescript(SCHEMA)
+        self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "ResultsDB":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def add_episode(self, row: EpisodeRow) -> bool:
+        """Store one episode (committed at once); False when its key is already there."""
+        values = asdict(row)
+        values["components"] = json.dumps(row.components)
+        values["error"] = json.dumps(row.error) if row.error else None
+        values["long_horizon"], values["self_corrected"] = int(row.long_horizon), int(row.self_corrected)
+        values["episode_key"] = row.key
+        if not values["finished_at"]:
+            import datetime
+
+            values["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        columns = ", ".join(values)
+        marks = ", ".join(f":{k}" for k in values)
+        cur = self.conn.execute(f"INSERT OR IGNORE INTO episodes ({columns}) VALUES ({marks})", values)
+        return cur.rowcount == 1
+
+    def done_keys(self) -> set[str]:
+        """Keys of every stored episode."""
+        return {r[0] for r in self.conn.execute("SELECT episode_key FROM episodes")}
+
+    def episodes(self, agent: str | None = None, suite: str | None = None) -> list[EpisodeRow]:
+        """Stored episodes (optionally of one agent and/or suite), in the order they finished."""
+        query, args = "SELECT * FROM episodes", []
+        where = []
+        if agent is not None:
+            where.append("agent = ?")
+            args.append(agent)
+        if suite is not None:
+            where.append("suite = ?")
+            args.append(suite)
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        rows = []
+        for r in self.conn.execute(query + " ORDER BY id", args):
+            d = dict(r)
+            for k in ("id", "episode_key"):
+                d.pop(k)
+            d["components"] = json.loads(d["components"] or "{}")
+            d["error"] = json.loads(d["error"]) if d["error"] else None
+            d["long_horizon"], d["self_corrected"] = bool(d["long_horizon"]), bool(d["self_corrected"])
+            rows.append(EpisodeRow(**d))
+        return rows
+
+    def add_training_metrics(self, run: str, lines: Iterable[dict[str, Any]]) -> int:
+        """Store a training run's metrics lines (``{"step": N, key: value, ...}``); returns values stored."""
+        values = [(run, int(line["step"]), k, float(v)) for line in lines for k, v in line.items()
+                  if k != "step" and isinstance(v, (int, float)) and v == v]
+        with self.conn:
+            self.conn.execute("BEGIN")
+            self.conn.executemany("INSERT OR REPLACE INTO training_metrics VALUES (?, ?, ?, ?)", values)
+        return len(values)
+
+    def training_runs(self) -> dict[str, dict[str, list[tuple[int, float]]]]:
+        """run -> metric key -> [(step, value), ...] by step."""
+        out: dict[str, dict[str, list[tuple[int, float]]]] = {}
+        for run, step, key, value in self.conn.execute(
+                "SELECT run, step, key, value FROM training_metrics ORDER BY run, key, step"):
+            out.setdefault(run, {}).setdefault(key, []).append((step, value))
+        return out
+
+
+__all__ = ["EpisodeRow", "ResultsDB", "episode_key"]

@@ -1,0 +1,90 @@
+"""Rollout throughput, measured side by side in one run: sync versus async, 1 versus N workers.
+
+A tiny model is warm-started once (SFT on the oracle, so episodes vary and the learner really updates),
+then the same short GRPO run is repeated under each fleet setting on a local Ray cluster with real
+sandboxes. Printed per setting: episodes per minute over whole RL steps (rollout + learner), and the
+environment-idle share (time an episode's sandbox waits on the model / episode time). Ratios are what to
+read (machines here are noisy): async/sync and N/1 workers.
+
+Run: ``python benchmarks/rollout.py [--workers 2] [--steps 3] [--tasks-per-step 2] [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from trainer.config import load_config  # noqa: E402
+from trainer.train import Trainer  # noqa: E402
+
+CONFIG = Path(__file__).resolve().parent.parent / "configs" / "tiny-cpu.yaml"
+
+
+def run(overrides: list[str], run_dir: Path) -> list[dict]:
+    """Train with ``overrides`` on top of the tiny CPU config; the metrics lines of the RL steps."""
+    Trainer(load_config(CONFIG, overrides + [f"run_dir={run_dir}"]), progress=False).run()
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [m for m in lines if m["step"] > 0]
+
+
+def summarise(steps: list[dict]) -> dict:
+    seconds = sum(m["charts/step_s"] for m in steps)
+    return {"episodes": sum(m["rollout/episodes"] for m in steps), "seconds": seconds,
+            "episodes_per_min": 60.0 * sum(m["rollout/episodes"] for m in steps) / seconds,
+            "env_idle_share": statistics.fmean(m.get("rollout/env_idle_share", 0.0) for m in steps),
+            "learner_share": sum(m["charts/learner_s"] for m in steps) / seconds,
+            "staleness_mean": statistics.fmean(m.get("rollout/staleness_mean", 0.0) for m in steps)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=2, help="N, the larger fleet (default 2)")
+    parser.add_argument("--steps", type=int, default=3, help="RL steps per setting (default 3)")
+    parser.add_argument("--tasks-per-step", type=int, default=2)
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    import ray
+
+    ray.init(num_cpus=max(2, args.workers), include_dashboard=False, log_to_driver=False)
+    with tempfile.TemporaryDirectory(prefix="repogym-bench-") as tmp:
+        root = Path(tmp)
+        print("warm start (SFT on the oracle) ...", file=sys.stderr)
+        Trainer(load_config(CONFIG, [f"run_dir={root / 'sft'}", "train.steps=0", "train.eval_every=0"]),
+                progress=False).run()
+        common = [f"model.path={root / 'sft' / 'model'}", "sft.steps=0", "train.eval_every=0",
+                  "train.checkpoint_every=0", f"train.steps={args.steps}",
+                  f"train.tasks_per_step={args.tasks_per_step}", "train.max_refills=0",
+                  "fleet.save_trajectories=false", "fleet.max_staleness=1"]
+        results = {}
+        for mode in ("sync", "async"):
+            for workers in (1, args.workers):
+                name = f"{mode}/{workers}w"
+                print(f"{name} ...", file=sys.stderr)
+                steps = run(common + [f"fleet.mode={mode}", f"fleet.workers={workers}"], root / name.replace("/", "-"))
+                results[name] = summarise(steps)
+    ray.shutdown()
+    n = args.workers
+    ratios = {f"async/sync ({n}w)": results[f"async/{n}w"]["episodes_per_min"] / results[f"sync/{n}w"]["episodes_per_min"],
+              "async/sync (1w)": results["async/1w"]["episodes_per_min"] / results["sync/1w"]["episodes_per_min"],
+              f"{n}w/1w (sync)": results[f"sync/{n}w"]["episodes_per_min"] / results["sync/1w"]["episodes_per_min"],
+              f"{n}w/1w (async)": results[f"async/{n}w"]["episodes_per_min"] / results["async/1w"]["episodes_per_min"]}
+    if args.json:
+        print(json.dumps({"settings": results, "ratios": ratios}, indent=2))
+        return 0
+    print(f"{'setting':<12} {'episodes':>8} {'eps/min':>8} {'env idle':>9} {'learner':>8} {'staleness':>9}")
+    for name, r in results.items():
+        print(f"{name:<12} {r['episodes']:>8} {r['episodes_per_min']:>8.1f} {r['env_idle_share']:>9.1%} "
+              f"{r['learner_share']:>8.1%} {r['staleness_mean']:>9.2f}")
+    for name, value in ratios.items():
+        print(f"{name}: {value:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
