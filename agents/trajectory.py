@@ -98,6 +98,8 @@ def read_trajectory(path: str | Path) -> Trajectory:
             if i == len(lines) - 1:
                 break
             raise ValueError(f"{path}:{i + 1}: not a JSON line") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}:{i + 1}: a trajectory line must be a JSON object")
         kind = record.get("type")
         if kind == "header":
             if record.get("format") not in READABLE_FORMATS:

@@ -10,6 +10,7 @@ episode with ``info["infra_error"]`` and a NaN reward, so training can drop them
 
 from __future__ import annotations
 
+import copy
 import string
 import time
 from dataclasses import dataclass, field, replace
@@ -257,7 +258,7 @@ class RepoTaskEnv(gym.Env):
         analysis = None
         if self.config.analyze_final_diff or self.config.reward.needs_analysis:
             try:
-                analysis = analyze_sandbox(self.ctx, patch).to_dict() if patch.strip() else _EMPTY_ANALYSIS
+                analysis = analyze_sandbox(self.ctx, patch).to_dict() if patch.strip() else copy.deepcopy(_EMPTY_ANALYSIS)
                 info["analysis"] = analysis
             except Exception as exc:  # the reward must not hinge on an analysis bug; record it instead
                 info["analysis"] = {"error": f"{type(exc).__name__}: {exc}"}

@@ -3,4 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The leaderboard page is checked in headless Chromium (Debian's package), a test-only dependency.
+if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 exec .venv/bin/python -m pytest -m "not gpu" "$@"

@@ -6,13 +6,13 @@ import argparse
 import sys
 
 from envs.errors import RepogymError
-from repogym.cli import analyze, demo, images, tasks, train, validate
+from repogym.cli import analyze, bench, demo, images, leaderboard, show, tasks, train, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="repogym", description="Coding-agent gym over real repositories.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (tasks, validate, demo, analyze, images, train):
+    for module in (tasks, validate, demo, bench, analyze, images, train, leaderboard, show):
         module.add_parser(sub)
     return parser
 

@@ -1,0 +1,176 @@
+"""Benchmark metrics over stored episodes: resolved rate, pass@k, confidence intervals and process metrics.
+
+Guarantees:
+- ``infra_error`` episodes count in ``episodes`` and ``infra_errors`` / ``infra_error_rate`` and nowhere
+  else: every rate and mean is over the other ("valid") episodes, so a broken sandbox never reads as a
+  failed agent.
+- Rates are means over tasks of each task's c/n (c resolved of n valid samples), so a task run more often
+  does not weigh more. A task whose every episode was an infra error is left out of the rates.
+- ``pass_at_k`` is the unbiased estimator of Chen et al. (2021), computed as a product (no huge binomials),
+  reported for every k from 1 to the smallest n over the tasks.
+- A group is one (agent, suite, checkpoint): episodes of different checkpoints are never pooled.
+- Where a rate has nothing to be over it is NaN (``resolved_rate``, means) or None (the optional ones).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from bench.db import EpisodeRow
+
+
+@dataclass
+class Summary:
+    """What one agent (at one checkpoint) achieved on one suite."""
+
+    agent: str
+    suite: str
+    checkpoint: str
+    episodes: int
+    """Every stored episode, infra errors included."""
+    tasks: int
+    """Distinct tasks with at least one episode."""
+    resolved_rate: float
+    """pass@1: the mean over tasks of resolved / valid samples (NaN when no episode was valid)."""
+    ci_low: float
+    """Lower end of the 95% Wilson interval of the resolved rate (pooled over valid episodes)."""
+    ci_high: float
+    """Upper end of that interval."""
+    pass_at_k: dict[int, float] = field(default_factory=dict)
+    """k -> unbiased pass@k, for k from 1 to the fewest valid samples of any task."""
+    by_difficulty: dict[int, float] = field(default_factory=dict)
+    """Task difficulty -> resolved rate over the tasks of that difficulty."""
+    long_chain: float | None = None
+    """Resolved rate over long-horizon tasks; None when the suite has none."""
+    format_adherence: float | None = None
+    """Well-formed tool calls / tool calls; None when no calls were made."""
+    self_correction: float | None = None
+    """Resolved after a failing ``run_tests`` / resolved; None when nothing was resolved."""
+    mean_turns: float = math.nan
+    mean_tokens: float = math.nan
+    """Prompt plus completion tokens per episode."""
+    infra_errors: int = 0
+    infra_error_rate: float = 0.0
+    """Infra errors / all episodes."""
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The probability that at least one of k samples drawn from n (c of them correct) is correct.
+
+    1 - C(n-c, k) / C(n, k), computed as 1 - prod_{i=n-c+1}^{n} (1 - k/i) so large n cannot overflow.
+    """
+    if not 0 <= c <= n:
+        raise ValueError(f"expected 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"expected 1 <= k <= n, got n={n}, k={k}")
+    if n - c < k:
+        return 1.0
+    product = 1.0
+    for i in range(n - c + 1, n + 1):
+        product *= 1.0 - k / i
+    return 1.0 - product
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval (default 95%) of a success rate; (0.0, 1.0) when n is 0 (nothing known)."""
+    if not 0 <= successes <= n:
+        raise ValueError(f"expected 0 <= successes <= n, got successes={successes}, n={n}")
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def summarize(rows: Iterable[EpisodeRow]) -> list[Summary]:
+    """One Summary per (agent, suite, checkpoint), best resolved rate first, then by agent name."""
+    groups: dict[tuple[str, str, str], list[EpisodeRow]] = defaultdict(list)
+    for row in rows:
+        groups[(row.agent, row.suite, row.checkpoint)].append(row)
+    summaries = [summarize_group(group) for group in groups.values()]
+    return sorted(summaries, key=lambda s: (-s.resolved_rate if not math.isnan(s.resolved_rate) else math.inf,
+                                            s.agent, s.suite, s.checkpoint))
+
+
+def summarize_group(rows: list[EpisodeRow]) -> Summary:
+    """The Summary of the episodes of one agent, suite and checkpoint."""
+    valid = [r for r in rows if not r.infra_error]
+    per_task = _by_task(valid)
+    resolved = sum(r.resolved for r in valid)
+    low, high = wilson(resolved, len(valid))
+    long_tasks = {t: rs for t, rs in per_task.items() if rs[0].long_horizon}
+    calls = sum(r.tool_calls for r in valid)
+    infra = len(rows) - len(valid)
+    return Summary(
+        agent=rows[0].agent, suite=rows[0].suite, checkpoint=rows[0].checkpoint,
+        episodes=len(rows), tasks=len({r.task_id for r in rows}),
+        resolved_rate=_task_mean_rate(per_task.values()), ci_low=low, ci_high=high,
+        pass_at_k=_pass_at_ks(per_task.values()), by_difficulty=_by_difficulty(per_task),
+        long_chain=_task_mean_rate(long_tasks.values()) if long_tasks else None,
+        format_adherence=sum(r.well_formed for r in valid) / calls if calls else None,
+        self_correction=sum(r.self_corrected for r in valid if r.resolved) / resolved if resolved else None,
+        mean_turns=_mean([r.turns for r in valid]),
+        mean_tokens=_mean([r.prompt_tokens + r.completion_tokens for r in valid]),
+        infra_errors=infra, infra_error_rate=infra / len(rows) if rows else 0.0)
+
+
+def summary_table(summaries: list[Summary]) -> str:
+    """A markdown table: resolved rate with its interval, pass@k, by difficulty, process metrics, infra errors."""
+    ks = sorted({k for s in summaries for k in s.pass_at_k if k > 1})
+    header = (["agent", "suite", "checkpoint", "tasks", "episodes", "resolved (95% CI)"]
+              + [f"pass@{k}" for k in ks]
+              + ["by difficulty", "long-chain", "format", "self-correction", "turns", "tokens", "infra errors"])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for s in summaries:
+        cells = [s.agent, s.suite, s.checkpoint or "-", str(s.tasks), str(s.episodes),
+                 f"{_pct(s.resolved_rate)} ({_pct(s.ci_low)}-{_pct(s.ci_high)})"]
+        cells += [_pct(s.pass_at_k.get(k)) for k in ks]
+        cells += [" ".join(f"{level}:{_pct(rate)}" for level, rate in s.by_difficulty.items()) or "-",
+                  _pct(s.long_chain), _pct(s.format_adherence), _pct(s.self_correction),
+                  f"{s.mean_turns:.1f}", f"{s.mean_tokens:.0f}", f"{s.infra_errors} ({_pct(s.infra_error_rate)})"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _by_task(rows: list[EpisodeRow]) -> dict[str, list[EpisodeRow]]:
+    tasks: dict[str, list[EpisodeRow]] = defaultdict(list)
+    for row in rows:
+        tasks[row.task_id].append(row)
+    return tasks
+
+
+def _task_mean_rate(tasks: Iterable[list[EpisodeRow]]) -> float:
+    rates = [sum(r.resolved for r in rows) / len(rows) for rows in tasks]
+    return _mean(rates)
+
+
+def _pass_at_ks(tasks: Iterable[list[EpisodeRow]]) -> dict[int, float]:
+    counts = [(len(rows), sum(r.resolved for r in rows)) for rows in tasks]
+    if not counts:
+        return {}
+    fewest = min(n for n, _ in counts)
+    return {k: _mean([pass_at_k(n, c, k) for n, c in counts]) for k in range(1, fewest + 1)}
+
+
+def _by_difficulty(per_task: dict[str, list[EpisodeRow]]) -> dict[int, float]:
+    levels: dict[int, list[list[EpisodeRow]]] = defaultdict(list)
+    for rows in per_task.values():
+        if rows[0].difficulty is not None:
+            levels[rows[0].difficulty].append(rows)
+    return {level: _task_mean_rate(levels[level]) for level in sorted(levels)}
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{100 * value:.0f}%"
+
+
+__all__ = ["Summary", "pass_at_k", "summarize", "summarize_group", "summary_table", "wilson"]

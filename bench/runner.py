@@ -1,0 +1,318 @@
+"""The benchmark runner: K episodes per task of a suite for one agent, stored in a results database.
+
+Guarantees:
+- Every finished episode is written to the database at once, in its own transaction, by the main thread
+  (workers hand results over a queue). A run killed at any moment (``kill -9`` included) keeps every
+  episode that finished; only the episodes in flight are lost.
+- Re-running the same benchmark (same agent name, checkpoint, suite) runs only the episodes whose key
+  (:func:`bench.db.episode_key`) is not in the database yet, with the same seeds: the seed of sample s of
+  the task at index i of the suite is ``i * SEED_STRIDE + s``.
+- Ctrl-C stops at once: nothing more is written, episodes in flight are dropped (their trajectory files
+  stay, unreferenced, and are overwritten on resume). Local sandboxes die with the process; Docker
+  containers left over are labelled for ``repogym gc``.
+- Infrastructure failures, the agent's included (:class:`envs.errors.InfraError` from ``act`` or from
+  loading the task), are stored as ``infra_error`` rows with ``where`` and ``message``, never as reward 0.
+  Any other exception is a bug: the run stops and it propagates.
+
+Not guaranteed: trajectory files of the same agent name at another checkpoint share a folder and
+overwrite each other (give each checkpoint its own ``label``).
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from agents.rollout import EpisodeResult, run_episode
+from agents.trajectory import Trajectory
+from bench.db import EpisodeRow, ResultsDB, episode_key
+from bench.metrics import Summary, summarize
+from envs.errors import ConfigError, InfraError
+from envs.tasks.schema import Task
+
+SEED_STRIDE = 1000
+"""Seeds of different tasks never collide while K <= SEED_STRIDE."""
+
+
+@dataclass
+class BenchConfig:
+    """One benchmark run: an agent over a suite."""
+
+    agent: str
+    """Registry name of the agent (:data:`agents.AGENTS`)."""
+    suite: str = "builtin"
+    """Suite name or JSONL path (stored as given)."""
+    db: str | Path = "runs/bench.db"
+    """The results database file."""
+    agent_options: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of :func:`agents.make_agent`."""
+    k: int = 1
+    """Episodes (samples) per task."""
+    concurrency: int = 1
+    """Environments (worker threads) running at once, each with its own agent."""
+    sandbox: str | None = None
+    """``docker`` or ``local``; None picks docker when a daemon answers."""
+    max_turns: int = 30
+    """Turn limit per episode."""
+    limit: int | None = None
+    """Only the first N tasks of the suite."""
+    label: str | None = None
+    """The agent's name in the database and on the leaderboard (default: ``agent``)."""
+    out: str | Path | None = None
+    """Trajectory folder (default: ``<db stem>-trajectories`` next to the database)."""
+    progress: bool = True
+    """A progress bar on stderr."""
+
+    def __post_init__(self):
+        if not 1 <= self.k <= SEED_STRIDE:
+            raise ConfigError(f"k must be in 1..{SEED_STRIDE}, got {self.k}")
+        if self.concurrency < 1:
+            raise ConfigError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"limit must be >= 1, got {self.limit}")
+        if not isinstance(self.agent_options, dict):
+            raise ConfigError(f"agent options must be a mapping, got {type(self.agent_options).__name__}")
+
+    @property
+    def name(self) -> str:
+        """The agent's name as stored."""
+        return self.label or self.agent
+
+    @property
+    def checkpoint(self) -> str:
+        """What the agent runs: its ``path`` (hf) or ``model`` (llm) option, else ''."""
+        return str(self.agent_options.get("path") or self.agent_options.get("model") or "")
+
+    @property
+    def trajectory_dir(self) -> Path:
+        db = Path(self.db)
+        base = Path(self.out) if self.out else db.with_name(f"{db.stem}-trajectories")
+        return base / self.name.replace("/", "_")
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to run."""
+
+    task: Task
+    sample: int
+    seed: int
+    trajectory: Path
+
+
+@dataclass
+class BenchReport:
+    """What a run did."""
+
+    planned: int
+    """Episodes of the benchmark (tasks x k)."""
+    skipped: int
+    """Already in the database before this run."""
+    written: int = 0
+    """Stored by this run."""
+    interrupted: bool = False
+    summaries: list[Summary] = field(default_factory=list)
+    """This agent on this suite, over everything in the database."""
+
+
+AgentFactory = Callable[[], Any]
+
+
+def run_bench(config: BenchConfig, agent_factory: AgentFactory | None = None) -> BenchReport:
+    """Run the episodes of ``config`` not yet in its database; see the module docstring.
+
+    ``agent_factory`` builds one agent per worker (default: :func:`agents.make_agent` with the config's
+    options, the suite's tasks given to ``oracle``).
+    """
+    from envs.tasks.suites import load_suite
+
+    tasks = load_suite(config.suite)[: config.limit]
+    if not tasks:
+        raise ConfigError(f"suite {config.suite!r} has no tasks")
+    factory = agent_factory or registry_factory(config, tasks)
+    with ResultsDB(config.db) as db:
+        todo = plan(config, tasks, db.done_keys())
+        report = BenchReport(planned=len(tasks) * config.k, skipped=len(tasks) * config.k - len(todo))
+        print(f"{config.name} on {config.suite}: {len(tasks)} tasks x {config.k} = {report.planned} episodes, "
+              f"{report.skipped} already in {config.db}, {len(todo)} to run", file=sys.stderr, flush=True)
+        if todo:
+            _run(config, tasks, todo, factory, db, report)
+        report.summaries = summarize(db.episodes(agent=config.name, suite=config.suite))
+    return report
+
+
+def registry_factory(config: BenchConfig, tasks: list[Task]) -> AgentFactory:
+    """Builds agents by registry name; bad options become a :class:`ConfigError` on the first build."""
+    from agents import AGENTS, make_agent
+
+    if config.agent not in AGENTS:  # checked now: with nothing left to run, no agent is ever built
+        raise ConfigError(f"unknown agent {config.agent!r}: expected one of {sorted(AGENTS)}")
+    options = dict(config.agent_options)
+    if config.agent == "oracle":
+        options.setdefault("tasks", tasks)
+
+    def build():
+        try:
+            return make_agent(config.agent, **options)
+        except TypeError as exc:  # an option the agent's constructor does not take
+            raise ConfigError(f"agent {config.agent!r} rejected its options {sorted(options)}: {exc}") from exc
+    return build
+
+
+def plan(config: BenchConfig, tasks: list[Task], done: set[str]) -> list[EpisodeSpec]:
+    """The episodes of the benchmark whose key is not in ``done``, task by task."""
+    specs = []
+    for index, task in enumerate(tasks):
+        for sample in range(config.k):
+            if episode_key(config.name, config.checkpoint, config.suite, task.instance_id, sample) in done:
+                continue
+            path = config.trajectory_dir / f"{task.instance_id}.s{sample}.jsonl"
+            specs.append(EpisodeSpec(task, sample, index * SEED_STRIDE + sample, path.resolve()))
+    return specs
+
+
+# -- running -----------------------------------------------------------------------------------------
+def _run(config: BenchConfig, tasks: list[Task], todo: list[EpisodeSpec], factory: AgentFactory,
+         db: ResultsDB, report: BenchReport) -> None:
+    import gymnasium as gym
+    from tqdm import tqdm
+
+    import envs  # noqa: F401  (registers the env id)
+
+    pending: queue.Queue[EpisodeSpec] = queue.Queue()
+    for spec in todo:
+        pending.put(spec)
+    finished: queue.Queue[EpisodeRow | BaseException] = queue.Queue()
+    stop = threading.Event()
+    workers = min(config.concurrency, len(todo))
+    pairs = [(gym.make("repogym/RepoTask-v0", suite=config.suite, tasks=tasks, sandbox=config.sandbox,
+                       max_turns=config.max_turns), factory()) for _ in range(workers)]
+    for env, agent in pairs:
+        threading.Thread(target=_work, args=(env, agent, config, pending, finished, stop), daemon=True).start()
+    bar = tqdm(total=len(todo), file=sys.stderr, disable=not config.progress, desc=config.name, unit="ep")
+    done = resolved = valid = 0
+    try:
+        while done < len(todo):
+            item = finished.get()
+            if isinstance(item, BaseException):  # a worker hit a bug: stop the run, raise it here
+                raise item
+            report.written += db.add_episode(item)
+            done += 1
+            valid += not item.infra_error
+            resolved += item.resolved
+            bar.update()
+            bar.set_postfix_str(f"pass {resolved}/{valid}" + (f" = {100 * resolved / valid:.0f}%" if valid else ""))
+    except KeyboardInterrupt:
+        report.interrupted = True
+        print(f"\ninterrupted: {len(todo) - done} episodes not stored; re-run the same command to resume",
+              file=sys.stderr)
+    finally:
+        stop.set()
+        bar.close()
+
+
+def _work(env, agent, config: BenchConfig, pending: queue.Queue, finished: queue.Queue,
+          stop: threading.Event) -> None:
+    """A worker: run episodes from ``pending`` until it is empty or ``stop`` is set; hand rows over."""
+    try:
+        while not stop.is_set():
+            try:
+                spec = pending.get_nowait()
+            except queue.Empty:
+                return
+            row = episode_row(config, spec, _episode(env, agent, config.name, spec))
+            if not stop.is_set():
+                finished.put(row)
+    except BaseException as exc:  # a bug: the main thread stops the run and raises it
+        finished.put(exc)
+    finally:
+        env.close()
+
+
+def _episode(env, agent, name: str, spec: EpisodeSpec) -> EpisodeResult:
+    """One episode; a task that cannot even be loaded (an InfraError in reset) is an infra_error too."""
+    start = time.monotonic()
+    try:
+        return run_episode(env, agent, task_id=spec.task.instance_id, seed=spec.seed, agent_name=name,
+                           trajectory=spec.trajectory)
+    except InfraError as exc:
+        record = {"status": "infra_error", "error": {"where": exc.where, "message": exc.message}}
+        return EpisodeResult(spec.task.instance_id, name, "infra_error", float("nan"), 0,
+                             time.monotonic() - start, record, trajectory=Trajectory({}, [], None))
+
+
+# -- rows ----------------------------------------------------------------------------------------------
+def episode_row(config: BenchConfig, spec: EpisodeSpec, result: EpisodeResult) -> EpisodeRow:
+    """The database row of one finished episode."""
+    steps = result.trajectory.steps if result.trajectory else []
+    infra = result.infra_error
+    prompt, completion = token_counts(steps)
+    task = spec.task
+    return EpisodeRow(
+        agent=config.name, suite=config.suite, task_id=task.instance_id, sample=spec.sample, seed=spec.seed,
+        status="infra_error" if infra else result.status, reward=None if infra else float(result.reward),
+        turns=result.turns, wall_s=round(result.duration_s, 3), checkpoint=config.checkpoint,
+        difficulty=task.difficulty, long_horizon=is_long_horizon(task),
+        components=dict(result.info.get("reward_components") or {}), tool_calls=len(steps),
+        tool_errors=sum(bool(s["info"].get("error")) for s in steps),
+        well_formed=int(result.info.get("well_formed_calls", 0)),
+        self_corrected=result.status == "resolved" and failed_tests_before(steps),
+        prompt_tokens=prompt, completion_tokens=completion, trajectory=str(spec.trajectory),
+        error=result.eval.get("error") if infra else None)
+
+
+def is_long_horizon(task: Task) -> bool:
+    """The task is marked long (``horizon: long``) or needs 10+ turns (``min_turns``)."""
+    return task.extra.get("horizon") == "long" or int(task.extra.get("min_turns") or 0) >= 10
+
+
+def failed_tests_before(steps: list[dict[str, Any]]) -> bool:
+    """Some ``run_tests`` call reported failing (or no) tests: its exit code was non-zero."""
+    return any(s["info"].get("tool") == "run_tests" and s["info"].get("exit_code") not in (None, 0)
+               for s in steps)
+
+
+def token_counts(steps: list[dict[str, Any]]) -> tuple[int, int]:
+    """(prompt, completion) tokens of an episode from what the agent recorded per turn.
+
+    API agents (llm) record the server's ``usage``; token-level agents (hf) the ids fed and generated.
+    Agents that record neither used no tokens.
+    """
+    prompt = completion = 0
+    for step in steps:
+        turn = step.get("agent") or {}
+        if "usage" in turn:
+            prompt += int(turn["usage"].get("prompt_tokens") or 0)
+            completion += int(turn["usage"].get("completion_tokens") or 0)
+        elif turn.get("tokens"):
+            prompt += len(turn["tokens"]["prompt"])
+            completion += len(turn["tokens"]["completion"])
+    return prompt, completion
+
+
+def load_agent_options(path: str | Path | None) -> dict[str, Any]:
+    """Agent options from a YAML or JSON file (a mapping); {} without a file."""
+    if path is None:
+        return {}
+    import yaml
+
+    try:
+        options = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read agent config {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"agent config {path} is not valid YAML or JSON: {exc}") from exc
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise ConfigError(f"agent config {path}: expected a mapping of options, got {type(options).__name__}")
+    return options
+
+
+__all__ = ["BenchConfig", "BenchReport", "EpisodeSpec", "SEED_STRIDE", "episode_row", "load_agent_options",
+           "plan", "run_bench"]

@@ -1,0 +1,42 @@
+"""``repogym bench``: K episodes per task of a suite for one agent, into a results database (resumable)."""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser(
+        "bench", help="benchmark an agent over a suite into a results database (re-run to resume)",
+        description="Runs K episodes per task, C environments at once, storing each finished episode in the "
+                    "SQLite database at once. Re-running the same command runs only what is missing.")
+    parser.add_argument("--agent", required=True, help="agent name (oracle, null, replay, llm, hf)")
+    parser.add_argument("--agent-config", default=None, metavar="FILE",
+                        help="YAML or JSON file of agent options (e.g. model, base_url for llm; path for hf)")
+    parser.add_argument("--suite", required=True, help="suite name or JSONL path")
+    parser.add_argument("--k", type=int, default=1, help="episodes per task (default 1)")
+    parser.add_argument("--concurrency", type=int, default=1, help="environments at once (default 1)")
+    parser.add_argument("--db", required=True, metavar="FILE", help="results database (created if missing)")
+    parser.add_argument("--sandbox", choices=["docker", "local"], default=None,
+                        help="backend (default: docker when a daemon answers, else local)")
+    parser.add_argument("--max-turns", type=int, default=30, help="turn limit per episode (default 30)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N tasks")
+    parser.add_argument("--label", default=None, help="the agent's name in the database (default: --agent)")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="trajectory folder (default: <db stem>-trajectories next to the database)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from bench.metrics import summary_table
+    from bench.runner import BenchConfig, load_agent_options, run_bench
+
+    config = BenchConfig(agent=args.agent, suite=args.suite, db=args.db,
+                         agent_options=load_agent_options(args.agent_config), k=args.k,
+                         concurrency=args.concurrency, sandbox=args.sandbox, max_turns=args.max_turns,
+                         limit=args.limit, label=args.label, out=args.out, progress=not args.no_progress)
+    report = run_bench(config)
+    print(f"{report.written} episodes stored this run, {report.skipped} were already there")
+    if report.summaries:
+        print(summary_table(report.summaries))
+    print(f"results in {config.db}, trajectories in {config.trajectory_dir}/")
+    return 130 if report.interrupted else 0

@@ -1,0 +1,47 @@
+"""``repogym leaderboard``: the ranked results of a results database, as Markdown and a static HTML page."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from envs.errors import ConfigError
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("leaderboard", help="ranked results table (Markdown, static HTML with plots)")
+    parser.add_argument("--db", required=True, metavar="FILE", help="the results database (SQLite)")
+    parser.add_argument("--md", metavar="OUT.md", help="also write the Markdown table to this file")
+    parser.add_argument("--html", metavar="OUT.html",
+                        help="write the page (table, plots, episode pages in OUT_episodes/) here")
+    parser.add_argument("--suite", default=None, help="only this suite's episodes")
+    parser.add_argument("--import-run", metavar="RUN_DIR",
+                        help="first store a training run's RUN_DIR/metrics.jsonl (its learning curves)")
+    parser.add_argument("--run-name", default=None, help="name of the imported run (default: the folder name)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from bench.db import ResultsDB
+    from bench.leaderboard import import_run, markdown, write_html
+    from bench.metrics import summarize
+
+    if args.run_name and not args.import_run:
+        raise ConfigError("expected --run-name only with --import-run")
+    if not args.import_run and not Path(args.db).is_file():
+        raise ConfigError(f"expected --db to be a results database, got {args.db!r}: no such file")
+    with ResultsDB(args.db) as db:
+        if args.import_run:
+            name, count = import_run(db, args.import_run, args.run_name)
+            print(f"imported training run {name!r}: {count} values", file=sys.stderr)
+        summaries = summarize(db.episodes(suite=args.suite))
+        if not summaries:
+            print(f"no episodes in {args.db}" + (f" for suite {args.suite!r}" if args.suite else ""), file=sys.stderr)
+        text = markdown(summaries)
+        print(text)
+        if args.md:
+            Path(args.md).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.md).write_text(text + "\n", encoding="utf-8")
+        if args.html:
+            print(f"wrote {write_html(db, args.html, suite=args.suite)}", file=sys.stderr)
+    return 0
