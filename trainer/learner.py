@@ -72,11 +72,15 @@ class Learner:
         self.extra = [p for p in extra_parameters]
         for p in self.extra:
             p.data = p.data.to(self.device)
-        params = [p for p in self.model.parameters() if p.requires_grad] + self.extra
-        self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay,
-                                           betas=tuple(config.betas))
+        self.reset_optimizer()
         self.pad_id = pad_id
         self.steps = 0
+
+    def reset_optimizer(self) -> None:
+        """A fresh AdamW (no moments): for a new phase whose gradients differ in scale (SFT -> RL)."""
+        params = [p for p in self.model.parameters() if p.requires_grad] + self.extra
+        self.optimizer = torch.optim.AdamW(params, lr=self.config.lr, weight_decay=self.config.weight_decay,
+                                           betas=tuple(self.config.betas))
 
     def train_step(self, samples: list[Sample], algorithm, epochs: int = 1) -> dict[str, float]:
         """One optimiser step per epoch over ``samples`` with ``algorithm``'s loss; averaged metrics."""

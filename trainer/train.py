@@ -273,6 +273,8 @@ class Trainer:
             log.close()
             for g, lr in zip(groups, lrs):
                 g["lr"] = lr
+        # Adam's second moments from SFT's small late gradients would blow up the first RL updates.
+        self.learner.reset_optimizer()
         self.learner.steps = 0
         self.sft_done = True
         # The warm-started policy as a model folder: a later run can start from it (model.path).
