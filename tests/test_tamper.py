@@ -2,7 +2,8 @@
 
 import pytest
 
-from envs.rewards.tamper import config_files_touched, filter_patch, is_test_path, pytest_section, split_patch
+from envs.rewards.tamper import (config_files_touched, filter_patch, is_tamper_path, is_test_path, pytest_section,
+                                 split_patch)
 
 
 def file_patch(path):
@@ -39,3 +40,19 @@ def test_pytest_section_detection():
     toml = '[project]\nname = "x"\n[tool.pytest.ini_options]\naddopts = "-q"\n'
     assert pytest_section("pyproject.toml", toml) != pytest_section("pyproject.toml", toml.replace("-q", "-p no:x"))
     assert pytest_section("pyproject.toml", toml) == pytest_section("pyproject.toml", toml.replace('"x"', '"y"'))
+
+
+@pytest.mark.parametrize("path, dropped", [
+    ("sitecustomize.py", True), ("src/usercustomize.py", True), ("calc.pth", True), ("lib/x.pth", True),
+    ("pytest.toml", True), (".pytest.toml", True), (".pytest.ini", True), ("pkg/sitecustomize_helpers.py", False),
+    ("pkg/pth.py", False), ("spec/check_core.py", False),
+])
+def test_start_up_hooks_and_every_pytest_config_file_are_tampering(path, dropped):
+    assert is_tamper_path(path) is dropped
+
+
+def test_the_task_s_own_test_files_are_protected_whatever_their_names():
+    patch = file_patch("spec/check_core.py") + file_patch("pkg/core.py")
+    kept, dropped = filter_patch(patch, protected=["spec/check_core.py"])
+    assert [p.new_path for p in split_patch(kept)] == ["pkg/core.py"] and dropped == ["spec/check_core.py"]
+    assert filter_patch(patch)[1] == []

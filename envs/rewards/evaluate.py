@@ -1,23 +1,33 @@
-"""Grading in a pristine sandbox: the one place a reward comes from.
+"""Grading in a pristine sandbox: the one place a reward comes from, and it fails closed.
 
-Steps: drop test tampering from the agent's diff (:mod:`envs.rewards.tamper`); in a fresh sandbox of the
-task's environment, load the base commit, apply the filtered diff, restore any changed pytest section,
-add the task's hidden ``test_patch``, run the test files that hold FAIL_TO_PASS and PASS_TO_PASS with the
-report plugin, and read the per-test report. A test passes only when that report says ``passed``; a test
-missing from it failed. Infrastructure failures are retried once, then recorded as ``infra_error``.
+Steps: drop tampering from the agent's diff (:mod:`envs.rewards.tamper`); start a fresh sandbox of the
+task's environment and run its health check (a trivial command answers, the interpreter starts with
+pytest) and load the base commit; apply the filtered diff; ask git what really changed and put back any
+test file, start-up hook or pytest section the diff still reached; add the task's hidden ``test_patch``;
+run the files that hold FAIL_TO_PASS and PASS_TO_PASS with the harness's report plugin
+(:func:`envs.sandbox.testrun.run_tests`) and read its per-test report.
+
+Fails closed: a test passes only when that report says ``passed``; a test the report lacks (not collected,
+deselected, or the run left no report at all) is ``missing`` and failed, as are ``skipped``, ``error``,
+``xfailed``. The exit code of the test command decides nothing. Only the steps before the agent's patch
+(start, health check, base load) can end in ``infra_error`` (retried once); once the sandbox is healthy,
+anything that goes wrong (a hang past the timeout, a killed runner, no report) is ``unresolved``, with
+``error`` saying where, so a patch can never buy its way out of a 0 into an excluded episode.
 """
 
 from __future__ import annotations
 
+import codecs
 import shlex
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from envs.errors import InfraError
-from envs.rewards.tamper import config_files_touched, filter_patch, pytest_section
+from envs.rewards.tamper import CONFIG_WITH_PYTEST_SECTION, filter_patch, is_tamper_path, pytest_section
 from envs.sandbox.base import Sandbox
 from envs.sandbox.testrun import run_tests
+from envs.tasks.patches import touched_paths
 from envs.tasks.repos import snapshot
 from envs.tasks.schema import Task
 
@@ -65,32 +75,64 @@ def test_files(test_ids: list[str]) -> list[str]:
     return sorted({tid.split("::", 1)[0] for tid in test_ids})
 
 
+def protected_paths(task: Task) -> list[str]:
+    """The task's own test files: those holding FAIL_TO_PASS/PASS_TO_PASS and those its ``test_patch`` touches."""
+    return sorted(set(test_files(task.FAIL_TO_PASS + task.PASS_TO_PASS)) | set(touched_paths(task.test_patch)))
+
+
+def health_check(sandbox: Sandbox) -> None:
+    """:class:`InfraError` unless the sandbox runs a trivial command and its interpreter starts with pytest."""
+    for command, where in (("true", "rewards.health_check.command"),
+                           ("python -c 'import pytest'", "rewards.health_check.interpreter")):
+        result = sandbox.run(command, timeout=60)
+        if not result.ok:
+            raise InfraError(where, f"`{command}` failed in a fresh sandbox (exit {result.exit_code}): "
+                                    f"{(result.stdout + result.stderr).strip()[-400:]}")
+
+
 def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeout: float = 900.0,
           retries: int = 1) -> EvalRecord:
     """Grade ``patch`` for ``task``, each attempt in a new sandbox from ``make_sandbox``."""
     start = time.monotonic()
+    kept, dropped = filter_patch(patch, protected_paths(task))
     last: InfraError | None = None
     for attempt in range(1, retries + 2):
         sandbox = None
         try:
             sandbox = make_sandbox()
-            record = _grade_once(task, patch, sandbox, timeout)
-            record.attempts, record.duration_s = attempt, time.monotonic() - start
-            return record
-        except InfraError as exc:
-            last = exc
-        except Exception as exc:  # a bug or daemon hiccup below us is still infrastructure, not the agent's fault
-            last = InfraError("rewards.grade", f"{type(exc).__name__}: {exc}")
-        finally:
+            health_check(sandbox)
+            sandbox.load(snapshot(task))
+        except Exception as exc:  # nothing of the agent's has run yet: this, and only this, is infrastructure
+            last = exc if isinstance(exc, InfraError) else InfraError("rewards.health_check", f"{type(exc).__name__}: {exc}")
             if sandbox is not None:
                 sandbox.close()
-    return EvalRecord(task.instance_id, INFRA_ERROR, error={"where": last.where, "message": last.message},
+            continue
+        try:
+            record = _grade_once(task, kept, list(dropped), sandbox, timeout)
+        except Exception as exc:  # the sandbox was healthy; whatever broke now, the patch broke it
+            where = exc.where if isinstance(exc, InfraError) else "rewards.grade"
+            message = exc.message if isinstance(exc, InfraError) else f"{type(exc).__name__}: {exc}"
+            record = _unresolved(task, dropped, {}, {"where": where, "message": message})
+        finally:
+            sandbox.close()
+        record.attempts, record.duration_s = attempt, time.monotonic() - start
+        return record
+    return EvalRecord(task.instance_id, INFRA_ERROR, dropped=dropped, error={"where": last.where, "message": last.message},
                       attempts=retries + 1, duration_s=time.monotonic() - start)
 
 
-def _grade_once(task: Task, patch: str, sandbox: Sandbox, timeout: float) -> EvalRecord:
-    kept, dropped = filter_patch(patch)
-    sandbox.load(snapshot(task))
+def _unresolved(task: Task, dropped: list[str], outcomes: dict[str, str], error: dict[str, str] | None,
+                log: str = "") -> EvalRecord:
+    wanted = list(dict.fromkeys(task.FAIL_TO_PASS + task.PASS_TO_PASS))
+    tests = {tid: outcomes.get(tid, "missing") for tid in wanted}
+    f2p = sum(tests[t] == "passed" for t in task.FAIL_TO_PASS)
+    p2p = sum(tests[t] == "passed" for t in task.PASS_TO_PASS)
+    return EvalRecord(task.instance_id, UNRESOLVED, tests=tests, fail_to_pass={"passed": f2p, "total": len(task.FAIL_TO_PASS)},
+                      pass_to_pass={"passed": p2p, "total": len(task.PASS_TO_PASS)}, dropped=dropped, error=error,
+                      log_tail=log)
+
+
+def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, timeout: float) -> EvalRecord:
     if kept.strip():
         sandbox.write_file(".repogym-agent.patch", kept.encode())
         applied = sandbox.run("git apply --whitespace=nowarn .repogym-agent.patch && rm .repogym-agent.patch",
@@ -98,24 +140,53 @@ def _grade_once(task: Task, patch: str, sandbox: Sandbox, timeout: float) -> Eva
         if not applied.ok:
             return EvalRecord(task.instance_id, PATCH_FAILED, dropped=dropped,
                               error={"where": "rewards.apply_patch", "message": applied.stderr.strip()[-2000:]})
-        for name in config_files_touched(kept):
-            if _pytest_section_changed(sandbox, name):
-                sandbox.run(f"git checkout repogym-base -- {shlex.quote(name)}", timeout=60)
-                dropped.append(name + " [pytest section]")
+        _revert_tampering(task, sandbox, dropped)
     if task.test_patch.strip():
         sandbox.write_file(".repogym-test.patch", task.test_patch.encode())
         added = sandbox.run("git apply --whitespace=nowarn .repogym-test.patch && rm .repogym-test.patch", timeout=120)
         if not added.ok:
-            raise InfraError("rewards.test_patch", f"the task's test_patch does not apply: {added.stderr.strip()[-800:]}")
+            return _unresolved(task, dropped, {}, {"where": "rewards.test_patch", "message":
+                               f"the task's test_patch does not apply: {added.stderr.strip()[-800:]}"})
     wanted = list(dict.fromkeys(task.FAIL_TO_PASS + task.PASS_TO_PASS))
     outcomes, log = run_tests(sandbox, task.test_command, test_files(wanted), timeout=timeout)
     tests = {tid: outcomes.get(tid, "missing") for tid in wanted}
-    f2p = sum(tests[t] == "passed" for t in task.FAIL_TO_PASS)
-    p2p = sum(tests[t] == "passed" for t in task.PASS_TO_PASS)
-    resolved = f2p == len(task.FAIL_TO_PASS) and p2p == len(task.PASS_TO_PASS) and bool(wanted)
-    return EvalRecord(task.instance_id, RESOLVED if resolved else UNRESOLVED, tests=tests,
-                      fail_to_pass={"passed": f2p, "total": len(task.FAIL_TO_PASS)},
-                      pass_to_pass={"passed": p2p, "total": len(task.PASS_TO_PASS)}, dropped=dropped, log_tail=log)
+    if not wanted or any(o != "passed" for o in tests.values()):
+        missing = sum(o == "missing" for o in tests.values())
+        error = None
+        if not outcomes:
+            error = {"where": "rewards.report", "message": "the test run left no report"}
+        elif missing:
+            error = {"where": "rewards.report", "message": f"{missing} of {len(wanted)} graded tests have no result"}
+        return _unresolved(task, dropped, outcomes, error, log)
+    return EvalRecord(task.instance_id, RESOLVED, tests=tests,
+                      fail_to_pass={"passed": len(task.FAIL_TO_PASS), "total": len(task.FAIL_TO_PASS)},
+                      pass_to_pass={"passed": len(task.PASS_TO_PASS), "total": len(task.PASS_TO_PASS)}, dropped=dropped,
+                      log_tail=log)
+
+
+def _revert_tampering(task: Task, sandbox: Sandbox, dropped: list[str]) -> None:
+    """Put back, from the base, every tamper path the applied patch changed (whatever the patch text looked like)."""
+    # One name a line (NUL-separated output would read as binary); git C-quotes names with odd characters.
+    listed = sandbox.run("git add -A && git -c core.quotePath=false diff --cached --no-renames --name-only repogym-base"
+                         " && git reset -q", timeout=120, output_limit=16 << 20)
+    if not listed.ok:
+        raise InfraError("rewards.tamper", f"could not list the changed files: {listed.stderr.strip()[-400:]}")
+    protected = protected_paths(task)
+    for name in sorted(_unquote(p) for p in listed.stdout.splitlines() if p):
+        quoted = shlex.quote(name)
+        if is_tamper_path(name, protected):
+            sandbox.run(f"git checkout repogym-base -- {quoted} 2>/dev/null || rm -rf -- {quoted}", timeout=60)
+            if name not in dropped:
+                dropped.append(name)
+        elif name.rsplit("/", 1)[-1] in CONFIG_WITH_PYTEST_SECTION and _pytest_section_changed(sandbox, name):
+            sandbox.run(f"git checkout repogym-base -- {quoted} 2>/dev/null || rm -f -- {quoted}", timeout=60)
+            dropped.append(name + " [pytest section]")
+
+
+def _unquote(name: str) -> str:
+    if len(name) > 1 and name.startswith('"') and name.endswith('"'):
+        return codecs.escape_decode(name[1:-1].encode())[0].decode("utf-8", errors="replace")
+    return name
 
 
 def _pytest_section_changed(sandbox: Sandbox, name: str) -> bool:

@@ -1,10 +1,19 @@
-"""The tamper filter: changes to tests and test configuration never reach grading.
+"""The tamper filter: changes to tests, test configuration and interpreter start-up hooks never reach grading.
 
 An agent may edit tests in its own sandbox (to explore), but what is graded is its diff minus every file
-that defines or configures tests: anything under a ``tests``/``test``/``testing`` folder, ``test_*.py``,
-``*_test.py``, ``conftest.py``, ``pytest.ini``, ``tox.ini``, ``noxfile.py``. ``setup.cfg`` and
-``pyproject.toml`` are kept unless their pytest section changed (checked in the sandbox, see
-:func:`pytest_section`).
+that defines or configures tests, or that runs code when Python starts:
+
+- anything under a ``tests``/``test``/``testing`` folder, ``test_*.py``, ``*_test.py``, and any file the
+  task's own tests live in or its hidden ``test_patch`` touches (whatever their names);
+- ``conftest.py`` anywhere; ``pytest.ini``, ``.pytest.ini``, ``pytest.toml``, ``.pytest.toml``, ``tox.ini``,
+  ``noxfile.py``;
+- ``sitecustomize.py``, ``usercustomize.py`` and ``*.pth`` files (run at interpreter start, before pytest);
+- ``setup.cfg`` and ``pyproject.toml`` only when their pytest section changed (checked in the sandbox,
+  see :func:`pytest_section`); their other sections are the agent's to change.
+
+Two lines of defence: :func:`filter_patch` drops such files from the patch text, and grading then asks git
+in the sandbox what really changed (:func:`is_tamper_path` over the changed paths), so a patch the
+splitter misreads still cannot change them. Every dropped path is listed in ``info["eval"]["dropped"]``.
 """
 
 from __future__ import annotations
@@ -12,11 +21,13 @@ from __future__ import annotations
 import configparser
 import tomllib
 from pathlib import PurePosixPath
+from typing import Iterable
 
 from envs.tasks.patches import split_patch
 
 TEST_DIRS = {"tests", "test", "testing"}
-TEST_FILES = {"conftest.py", "pytest.ini", "tox.ini", "noxfile.py", ".pytest.ini"}
+TEST_FILES = {"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "noxfile.py"}
+STARTUP_FILES = {"sitecustomize.py", "usercustomize.py"}
 CONFIG_WITH_PYTEST_SECTION = {"setup.cfg", "pyproject.toml"}
 
 
@@ -28,11 +39,23 @@ def is_test_path(path: str) -> bool:
             or (name.startswith("test_") and name.endswith(".py")) or name.endswith("_test.py"))
 
 
-def filter_patch(patch: str) -> tuple[str, list[str]]:
-    """The patch without test files, and the paths dropped."""
+def is_startup_path(path: str) -> bool:
+    """Whether a path is code Python runs when it starts (``sitecustomize``, ``usercustomize``, ``.pth``)."""
+    name = PurePosixPath(path).name
+    return name in STARTUP_FILES or name.endswith(".pth")
+
+
+def is_tamper_path(path: str, protected: Iterable[str] = ()) -> bool:
+    """Whether a change to ``path`` is dropped before grading; ``protected`` are the task's own test files."""
+    return is_test_path(path) or is_startup_path(path) or path in set(protected)
+
+
+def filter_patch(patch: str, protected: Iterable[str] = ()) -> tuple[str, list[str]]:
+    """The patch without tampering, and the paths dropped (``protected``: the task's test files)."""
+    protected = set(protected)
     kept, dropped = [], []
     for part in split_patch(patch):
-        if any(is_test_path(p) for p in part.paths):
+        if any(is_tamper_path(p, protected) for p in part.paths):
             dropped.extend(sorted(part.paths))
         else:
             kept.append(part.text)

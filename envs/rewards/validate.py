@@ -1,8 +1,10 @@
-"""Task validation: the gold patch resolves the task, the empty patch does not, and no test is flaky.
+"""Task validation: the gold patch resolves the task, the empty patch does not, no test is flaky, nothing leaks.
 
-Per task: grade the gold patch once and the empty patch three times (the baseline). Problems found:
-gold not resolved; a FAIL_TO_PASS test passing at base; a PASS_TO_PASS test failing at base; tests whose
-baseline outcome changes between runs (flaky); infrastructure errors (reported apart, not as task bugs).
+Per task: grade the gold patch once and the empty patch three times (the baseline), and run the no-leak
+check (:func:`envs.rewards.leaks.find_leaks`) in a sandbox made as an episode's would be. Problems found:
+gold not resolved; a FAIL_TO_PASS test passing at base; a PASS_TO_PASS test failing at base; a way to the
+fix inside the agent's sandbox (``leak: ...``); tests whose baseline outcome changes between runs (flaky);
+infrastructure errors (reported apart, not as task bugs).
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
+from envs.errors import InfraError
 from envs.rewards.evaluate import INFRA_ERROR, RESOLVED, grade
+from envs.rewards.leaks import find_leaks
 from envs.sandbox.base import Sandbox
 from envs.tasks.schema import Task
 
@@ -34,8 +38,10 @@ class Validation:
         return not self.problems and not self.flaky and not self.infra_errors
 
 
-def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = BASELINE_RUNS) -> Validation:
-    """Validate one task with sandboxes from ``make_sandbox``."""
+def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = BASELINE_RUNS, *,
+                  make_agent_sandbox: Callable[[], Sandbox] | None = None, leaks: bool = True) -> Validation:
+    """Validate one task with sandboxes from ``make_sandbox``; the no-leak check (``leaks``) uses
+    ``make_agent_sandbox`` (default: ``make_sandbox``), which should make sandboxes as episodes get them."""
     start = time.monotonic()
     result = Validation(task.instance_id)
     gold = grade(task, task.patch, make_sandbox)
@@ -43,6 +49,11 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
     for label, record in [("gold", gold)] + [(f"baseline {i + 1}", r) for i, r in enumerate(baselines)]:
         if record.status == INFRA_ERROR:
             result.infra_errors.append(f"{label}: {record.error['where']}: {record.error['message']}")
+    if leaks:
+        try:
+            result.problems += [f"leak: {p}" for p in find_leaks(task, make_agent_sandbox or make_sandbox)]
+        except InfraError as exc:
+            result.infra_errors.append(f"leak check: {exc.where}: {exc.message}")
     if result.infra_errors:
         result.duration_s = time.monotonic() - start
         return result
@@ -65,10 +76,14 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
 
 
 def validate_tasks(tasks: list[Task], factory_for: Callable[[Task], Callable[[], Sandbox]], workers: int = 2,
-                   on_result: Callable[[Validation], None] | None = None) -> list[Validation]:
-    """Validate many tasks, ``workers`` at a time; ``on_result`` sees each verdict as it lands."""
+                   on_result: Callable[[Validation], None] | None = None,
+                   agent_factory_for: Callable[[Task], Callable[[], Sandbox]] | None = None) -> list[Validation]:
+    """Validate many tasks, ``workers`` at a time; ``on_result`` sees each verdict as it lands.
+
+    ``agent_factory_for``: sandboxes for the no-leak check, made as episodes get them (default: ``factory_for``)."""
     def one(task: Task) -> Validation:
-        verdict = validate_task(task, factory_for(task))
+        verdict = validate_task(task, factory_for(task),
+                                make_agent_sandbox=(agent_factory_for or factory_for)(task))
         if on_result:
             on_result(verdict)
         return verdict

@@ -1,11 +1,17 @@
 """The ``local`` backend: a bubblewrap namespace sandbox, no daemon needed.
 
 Isolates: network (a new, empty network namespace), processes (own PID namespace; everything dies with
-the sandbox), the filesystem (the host is mounted read-only; the only writable places are the sandbox's
-own copy of the repository at ``/repo`` and a private ``/tmp``), and what could lead to a fix: the
-bundled task sources, repogym's cache and the project checkout are hidden behind empty mounts.
+the sandbox), and the filesystem: only what commands need is mounted, read-only: the system folders
+(:data:`SYSTEM_DIRS`: ``/usr``, ``/etc``, ``/lib*``, ``/bin``, ``/sbin``) and the interpreter's own prefix
+and virtual environment. Nothing else of the host is there: not the home folder, not ``/work`` or
+``/opt``, not the project's checkout, repogym's cache or the task files (their gold patches and hidden
+tests), except the interpreter's folders inside them. The only writable places are the sandbox's own copy
+of the repository at ``/repo`` and a private ``/tmp``. Paths in ``SandboxConfig.hidden_paths`` (and the
+project, the cache and the bundled tasks) are also covered with empty mounts wherever they fall inside
+what is mounted.
 Does not isolate: CPU and memory (no cgroup limits; use the docker backend for those), the kernel, and
-read access to the rest of the host's filesystem.
+read access to the system folders and the interpreter's environment (so a package installed there, say
+the original of the project under test, is visible: ``repogym validate`` checks for that).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from envs.tasks.suites import task_repos_dir
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 INSIDE_MOUNT = "/.repogym"
+SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc")
 
 
 def available() -> str | None:
@@ -57,25 +64,31 @@ class LocalSandbox(RunnerClient):
         (self.workdir / "tmp").mkdir()
         python_prefix = Path(sys.prefix).resolve()
         cmd = ["bwrap", "--die-with-parent", "--unshare-all", "--new-session"]
-        # The root stays bwrap's own tmpfs (so /repo can be made); the host's top-level entries are
-        # mounted read-only on it.
-        for entry in sorted(Path("/").iterdir()):
-            if entry.name in ("dev", "proc", "tmp", "repo") or entry.name.startswith("."):
-                continue
+        # The root is bwrap's own tmpfs; only the system folders are mounted on it (read-only), so the home
+        # folder, /work, /opt and the rest of the host simply are not there.
+        mounted = []
+        for name in SYSTEM_DIRS:
+            entry = Path("/") / name
             if entry.is_symlink():
                 cmd += ["--symlink", os.readlink(entry), str(entry)]
             elif entry.is_dir():
                 cmd += ["--ro-bind", str(entry), str(entry)]
+                mounted.append(entry)
         cmd += ["--dev", "/dev", "--proc", "/proc"]
-        hidden = _hidden_paths(self.config.hidden_paths)
+        cmd += ["--bind", str(self.workdir / "tmp"), "/tmp", "--bind", str(self.workdir / "repo"), REPO_DIR]
+        # The interpreter that runs tests (a venv, maybe in the project's checkout, the home folder or under
+        # the host's /tmp) is mounted, read-only, too; hidden paths inside what is mounted are emptied, and a
+        # prefix inside a hidden path is put back on top.
+        prefixes = sorted({python_prefix, Path(sys.base_prefix).resolve()})
+        for prefix in prefixes:
+            if not any(prefix.is_relative_to(m) for m in mounted):
+                cmd += ["--ro-bind", str(prefix), str(prefix)]
+        hidden = [p for p in _hidden_paths(self.config.hidden_paths)
+                  if any(p.is_relative_to(m) for m in mounted + prefixes)]
         for path in hidden:
             cmd += ["--tmpfs", str(path)]
-        cmd += ["--bind", str(self.workdir / "tmp"), "/tmp", "--bind", str(self.workdir / "repo"), REPO_DIR]
-        # The interpreter that runs tests (a venv, maybe inside the hidden checkout or under the host's /tmp,
-        # which the private /tmp covers) is put back, read-only, on top.
-        covered = [*hidden, Path("/tmp")]
-        for prefix in sorted({python_prefix, Path(sys.base_prefix).resolve()}):
-            if any(prefix.is_relative_to(c) for c in covered):
+        for prefix in prefixes:
+            if any(prefix.is_relative_to(h) for h in hidden):
                 cmd += ["--ro-bind", str(prefix), str(prefix)]
         cmd += ["--ro-bind", str(INSIDE_DIR), INSIDE_MOUNT, "--chdir", REPO_DIR,
                 "--setenv", "HOME", "/tmp", "--setenv", "PATH", f"{python_prefix}/bin:/usr/local/bin:/usr/bin:/bin",

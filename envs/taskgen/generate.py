@@ -6,8 +6,9 @@ index the code with tree-sitter, enumerate mutations (:mod:`.mutations`) in func
 test reaches, and try them in a seeded order. A mutation is kept only when it applies, still parses and
 makes at least one baseline-passing test fail; a second full run then fixes FAIL_TO_PASS (the tests
 it breaks) and PASS_TO_PASS (the other passing tests). Harder tasks pair a mutation with a second one in
-a caller or in another file. The mutated tree is committed in the source repository as the base commit;
-the gold patch is the reverse diff.
+a caller or in another file. The mutated tree is committed in the source repository as the base commit,
+a root commit with no parent (the unmutated code is never part of a base commit's history); the gold
+patch is the reverse diff.
 """
 
 from __future__ import annotations
@@ -285,7 +286,10 @@ def _is_test_file(path: str) -> bool:
 
 
 def _commit_mutation(repo: SourceRepo, mutated: dict[str, bytes], mutations) -> str:
-    """Commit the mutated files on top of HEAD without touching the work tree (plumbing, fixed dates)."""
+    """Commit HEAD's tree with the mutated files as a parentless commit, without touching the work tree.
+
+    No parent: a parent would be the unmutated code, one ``git show`` away from the fix for anything that
+    ever sees the base commit with its history (plumbing, fixed dates)."""
     with tempfile.TemporaryDirectory() as tmp:
         index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
 
@@ -298,6 +302,6 @@ def _commit_mutation(repo: SourceRepo, mutated: dict[str, bytes], mutations) -> 
             run("update-index", "--cacheinfo", f"100644,{blob},{path}")
         tree = run("write-tree")
         message = "taskgen: " + ", ".join(f"{m.operator} in {m.function}" for m in mutations)
-        commit = run("commit-tree", tree, "-p", repo.head, "-m", message)
+        commit = run("commit-tree", tree, "-m", message)
         run("update-ref", f"refs/taskgen/{commit}", commit)  # keep it reachable for gc and clones
         return commit

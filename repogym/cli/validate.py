@@ -1,4 +1,5 @@
-"""``repogym validate``: prove that each task's gold patch resolves it and the empty patch does not."""
+"""``repogym validate``: prove that each task's gold patch resolves it, the empty patch does not, and that a
+fresh agent sandbox holds no way to the fix (the no-leak check)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import threading
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("validate", help="validate tasks in real sandboxes (gold resolves, empty does not, no flaky tests)")
+    parser = sub.add_parser("validate", help="validate tasks in real sandboxes (gold resolves, empty does not, no flaky "
+                                                  "tests, no leak of the fix into the agent's sandbox)")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--suite", default=None, help="suite name or JSONL path (default: builtin)")
     group.add_argument("--tasks", default=None, help="a JSONL task file")
@@ -20,7 +22,8 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from envs.errors import ConfigError
     from envs.rewards.validate import validate_tasks
-    from envs.sandbox import default_backend, sandbox_factory
+    from envs.sandbox import SandboxConfig, default_backend, sandbox_factory
+    from envs.tasks.repos import repo_path
     from envs.tasks.schema import load_tasks
     from envs.tasks.suites import load_suite
 
@@ -34,11 +37,14 @@ def run(args) -> int:
     lock = threading.Lock()
     factories = {}
 
-    def factory_for(task):
+    def factory_for(task, agent=False):
         with lock:
-            if task.env_key not in factories:
-                factories[task.env_key] = sandbox_factory(backend, task.setup)
-            return factories[task.env_key]
+            if (task.env_key, agent) not in factories:
+                config = SandboxConfig()
+                if agent and backend == "local":  # as an episode's sandbox: the task's source repository hidden
+                    config = SandboxConfig(hidden_paths=(str(repo_path(task)),))
+                factories[task.env_key, agent] = sandbox_factory(backend, task.setup, config)
+            return factories[task.env_key, agent]
 
     def show(v):
         with lock:
@@ -48,7 +54,8 @@ def run(args) -> int:
                 print(f"     {line}", flush=True)
 
     print(f"validating {len(tasks)} task(s) on the {backend} sandbox")
-    verdicts = validate_tasks(tasks, factory_for, workers=args.workers, on_result=show)
+    verdicts = validate_tasks(tasks, factory_for, workers=args.workers, on_result=show,
+                              agent_factory_for=lambda task: factory_for(task, agent=True))
     bad = [v for v in verdicts if not v.ok]
     flaky = sum(len(v.flaky) for v in verdicts)
     print(f"{len(verdicts) - len(bad)}/{len(verdicts)} tasks valid; {flaky} flaky test(s); "

@@ -1,13 +1,19 @@
 """pytest plugin run inside sandboxes: writes the per-test outcome report the grader trusts.
 
-Loaded with ``-p repogym_report`` (its folder on PYTHONPATH). Writes ``{"nonce", "tests": {nodeid: outcome},
+Loaded with ``-p`` (the harness copies it under a random module name, see ``envs/sandbox/testrun.py``). Writes ``{"nonce", "tests": {nodeid: outcome},
 "collection_errors": [...]}`` to the path in ``REPOGYM_REPORT`` at session end. Outcomes: ``passed``,
 ``failed``, ``error`` (setup/teardown failed), ``skipped``, ``xfailed``, ``xpassed``. Only ``passed``
 counts as a pass; a test absent from the report did not pass.
+
+The report path and nonce are read when pytest loads the plugin, before any code under test runs, and
+taken out of ``os.environ`` so that code (and its subprocesses) does not find them there.
 """
 
 import json
 import os
+
+_REPORT = os.environ.pop("REPOGYM_REPORT", "")
+_NONCE = os.environ.pop("REPOGYM_REPORT_NONCE", "")
 
 _OUTCOMES: dict = {}
 _COLLECTION_ERRORS: list = []
@@ -34,9 +40,8 @@ def pytest_collectreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    path = os.environ.get("REPOGYM_REPORT")
-    if not path:
+    if not _REPORT:
         return
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump({"nonce": os.environ.get("REPOGYM_REPORT_NONCE", ""), "exitstatus": int(exitstatus),
+    with open(_REPORT, "w", encoding="utf-8") as fh:
+        json.dump({"nonce": _NONCE, "exitstatus": int(exitstatus),
                    "tests": _OUTCOMES, "collection_errors": _COLLECTION_ERRORS}, fh)

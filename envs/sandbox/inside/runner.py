@@ -6,6 +6,10 @@ output of the agent's can forge the end of an answer. It owns what a plain ``exe
 timeouts that kill the command's whole process group, output limits, binary detection, file reads and
 writes confined to the repository, loading a snapshot as a fresh one-commit repository, and resets.
 
+A reset puts back the whole ``.git`` as :func:`load` left it (kept in this process's memory), not just the
+files: commits, branches, tags, stash, notes, reflog entries and loose objects an episode made (its own
+attempts at the fix among them) never reach the next episode.
+
 Not guaranteed: it runs as the same user as the agent's commands, so a hostile command can signal it;
 the host then sees a dead runner, a typed SandboxError, and replaces the sandbox.
 """
@@ -26,6 +30,7 @@ ROOT = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else "/repo")
 GIT_ID = ["-c", "user.name=repogym", "-c", "user.email=agent@repogym.invalid", "-c", "commit.gpgsign=false",
           "-c", "init.defaultBranch=main", "-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0"]
 BASE_TAG = "repogym-base"
+_BASE = {"commit": None, "git": None}  # the base commit id and a tar of the pristine .git, set by load()
 
 
 def _inside(path):
@@ -146,7 +151,26 @@ def load(req):
     _git("add", "-A")
     _git("commit", "-q", "--allow-empty", "-m", "base")
     _git("tag", BASE_TAG)
+    _BASE["commit"], _BASE["git"] = _git("rev-parse", "HEAD").strip(), _tar_of(os.path.join(ROOT, ".git"))
     return {"commit": _git("rev-parse", "HEAD").strip(), "tree": _git("rev-parse", BASE_TAG + "^{tree}").strip()}
+
+
+def _tar_of(folder):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(folder, arcname=".git")
+    return buf.getvalue()
+
+
+def _restore_git():
+    """Replace ``.git`` with the one :func:`load` made (whatever the agent did to it)."""
+    dot_git = os.path.join(ROOT, ".git")
+    if os.path.isdir(dot_git) and not os.path.islink(dot_git):
+        shutil.rmtree(dot_git)
+    elif os.path.lexists(dot_git):
+        os.unlink(dot_git)
+    with tarfile.open(fileobj=io.BytesIO(_BASE["git"])) as tar:
+        tar.extractall(ROOT)
 
 
 def _clear(folder):
@@ -161,9 +185,11 @@ def _clear(folder):
 def reset(req):
     """Back to the base commit; kill stray processes; empty the scratch folders."""
     killed = _kill_strays()
-    _git("checkout", "-q", "-f", BASE_TAG)
-    _git("reset", "-q", "--hard", BASE_TAG)
-    _git("clean", "-q", "-fdx")
+    if _BASE["git"] is None:
+        raise RuntimeError("nothing loaded to reset to")
+    _restore_git()
+    _git("reset", "-q", "--hard", _BASE["commit"])
+    _git("clean", "-q", "-ffdx")
     for scratch in req.get("scratch", []):
         if os.path.isdir(scratch):
             for name in os.listdir(scratch):
@@ -199,7 +225,7 @@ def _kill_strays():
 def diff(req):
     """The working tree against the base, new files included, as a git patch."""
     _git("add", "-A")
-    return {"diff": _git("diff", "--cached", "--binary", BASE_TAG)}
+    return {"diff": _git("diff", "--cached", "--binary", _BASE["commit"] or BASE_TAG)}
 
 
 def tree(req):
