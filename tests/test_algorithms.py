@@ -16,6 +16,11 @@ def test_group_advantages_by_hand():
     assert group_advantages([1, 0, 0, 1]) == pytest.approx([1, -1, -1, 1], abs=1e-5)
     assert group_advantages([1, 0, 0, 1], normalize_std=False) == pytest.approx([0.5, -0.5, -0.5, 0.5])
     assert group_advantages([1, 1, 1]) == [0.0, 0.0, 0.0]  # no signal, no NaN
+    # rewards 1, 0, 0, 0: mean 0.25, std sqrt(3)/4; negatives scaled by 0.5
+    std = math.sqrt(3) / 4
+    assert group_advantages([1, 0, 0, 0], negative_scale=0.5) == pytest.approx(
+        [0.75 / std, -0.125 / std, -0.125 / std, -0.125 / std], abs=1e-5)
+    assert group_advantages([1, 0], normalize_std=False, negative_scale=0.0) == pytest.approx([0.5, 0.0])
 
 
 def test_collate_aligns_mask_and_logprobs_to_targets():

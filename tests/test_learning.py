@@ -87,3 +87,19 @@ def test_resuming_from_a_checkpoint_gives_an_identical_next_step_loss(tokenizer,
     got = resumed.train_step(algorithm2.prepare([samples[:2], samples[2:]]), algorithm2)
     assert got["losses/loss"] == expected["losses/loss"]
     assert got["losses/grad_norm"] == expected["losses/grad_norm"]
+
+
+def test_the_kl_reference_follows_a_warm_start_only_when_refreshed(tokenizer):
+    model = build_tiny_model(tokenizer, TINY)
+    learner = Learner(model, LearnerConfig(lr=0.01, micro_batch_size=4, seed=0, device="cpu"),
+                      tokenizer.pad_token_id, reference=True)
+    sft = make_algorithm("sft", {})
+    learner.train_step(_samples(tokenizer), sft)  # stands in for the warm start
+
+    def differs() -> bool:
+        return any(not torch.equal(p, r) for p, r in zip(learner.model.parameters(), learner.reference.parameters()))
+
+    assert differs()  # the reference is still the model the learner was built with
+    learner.refresh_reference()
+    assert not differs()
+    assert not any(p.requires_grad for p in learner.reference.parameters())

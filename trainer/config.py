@@ -63,6 +63,8 @@ class SFTSection:
     """Learning rate of the warm start (None: the learner's)."""
     agent: str = "oracle"
     agent_options: dict[str, Any] = field(default_factory=lambda: {"style": "edit"})
+    agent_variants: list[dict[str, Any]] = field(default_factory=list)
+    """More option sets for ``agent``: one trajectory per task is collected with each (say, two oracle styles)."""
     trajectories: str | None = None
     """A glob of trajectory files to learn from instead of collecting (resolved episodes only)."""
 

@@ -66,15 +66,19 @@ class Learner:
         self.model = model.train()
         self.reference = None
         if reference:
-            self.reference = copy.deepcopy(model).eval()
-            for p in self.reference.parameters():
-                p.requires_grad_(False)
+            self.refresh_reference()
         self.extra = [p for p in extra_parameters]
         for p in self.extra:
             p.data = p.data.to(self.device)
         self.reset_optimizer()
         self.pad_id = pad_id
         self.steps = 0
+
+    def refresh_reference(self) -> None:
+        """The KL reference becomes a frozen copy of the model as it is now (after a warm start, the SFT policy)."""
+        self.reference = copy.deepcopy(self.model).eval()
+        for p in self.reference.parameters():
+            p.requires_grad_(False)
 
     def reset_optimizer(self) -> None:
         """A fresh AdamW (no moments): for a new phase whose gradients differ in scale (SFT -> RL)."""

@@ -237,17 +237,19 @@ class Trainer:
         if s.trajectories:
             sequences = load_sft_sequences(s.trajectories, self.tokenizer, fmt)
         else:
-            fleet = self._make_fleet(self._spec(s.agent, s.agent_options))
-            try:
-                fleet.submit([EpisodeRequest(t.instance_id, _seed_of(self.config.seed, i), tag="sft")
-                              for i, t in enumerate(self.tasks)])
-                outcomes: list[EpisodeOutcome] = []
-                while fleet.in_flight:
-                    outcomes += fleet.wait()
-            finally:
-                fleet.close()
-            sequences = [o.tokens for o in sorted(outcomes, key=lambda o: o.request.task_id)
-                         if o.resolved and o.tokens is not None]
+            sequences = []
+            for options in [s.agent_options, *s.agent_variants]:
+                fleet = self._make_fleet(self._spec(s.agent, options))
+                try:
+                    fleet.submit([EpisodeRequest(t.instance_id, _seed_of(self.config.seed, i), tag="sft")
+                                  for i, t in enumerate(self.tasks)])
+                    outcomes: list[EpisodeOutcome] = []
+                    while fleet.in_flight:
+                        outcomes += fleet.wait()
+                finally:
+                    fleet.close()
+                sequences += [o.tokens for o in sorted(outcomes, key=lambda o: o.request.task_id)
+                              if o.resolved and o.tokens is not None]
         if not sequences:
             raise ConfigError(f"SFT warm start found no successful trajectories (agent {s.agent!r})")
         samples = [Sample(q.ids, q.mask, q.logprobs) for q in sequences]
@@ -275,6 +277,8 @@ class Trainer:
                 g["lr"] = lr
         # Adam's second moments from SFT's small late gradients would blow up the first RL updates.
         self.learner.reset_optimizer()
+        if self.learner.reference is not None:  # KL is to the warm-started policy, not the random init
+            self.learner.refresh_reference()
         self.learner.steps = 0
         self.sft_done = True
         # The warm-started policy as a model folder: a later run can start from it (model.path).

@@ -5,6 +5,10 @@ For each task, G episodes are sampled; an episode's advantage is its reward minu
 The loss is PPO's clipped surrogate on the token ratio to the sampling policy, with an asymmetric clip
 range (``clip_high`` > ``clip_low`` is DAPO's clip-higher), aggregated over tokens or sequences, plus an
 optional KL penalty to a frozen reference (k3 estimator), off when ``kl_coef`` is 0.
+
+``negative_scale`` < 1 scales the negative advantages down (an asymmetric, success-leaning estimator,
+biased like a raised baseline): a tiny model that memorised its SFT data fails by writing the right text
+in the wrong place, and pushing those tokens down at full weight erases the text where it belongs.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class GRPOConfig:
     clip_low: float = 0.2
     clip_high: float = 0.28
     """Upper clip of the ratio at 1 + clip_high; above clip_low is clip-higher."""
+    negative_scale: float = 1.0
+    """Multiplier on negative advantages: 1 is plain GRPO, 0 learns from the successes only."""
     kl_coef: float = 0.0
     """Weight of the KL penalty to the reference policy; 0 turns it (and the reference model) off."""
     epochs: int = 1
@@ -38,14 +44,15 @@ class GRPOConfig:
     """Sampling temperature of the rollouts (logprobs are recomputed at it)."""
 
 
-def group_advantages(rewards: list[float], normalize_std: bool = True, eps: float = 1e-6) -> list[float]:
-    """Each reward minus the group mean, over the group std when ``normalize_std``."""
+def group_advantages(rewards: list[float], normalize_std: bool = True, eps: float = 1e-6,
+                     negative_scale: float = 1.0) -> list[float]:
+    """Each reward minus the group mean, over the group std when ``normalize_std``; negatives times ``negative_scale``."""
     mean = statistics.fmean(rewards)
     centred = [r - mean for r in rewards]
-    if not normalize_std:
-        return centred
-    std = statistics.pstdev(rewards)
-    return [c / (std + eps) for c in centred]
+    if normalize_std:
+        std = statistics.pstdev(rewards)
+        centred = [c / (std + eps) for c in centred]
+    return [c * negative_scale if c < 0 else c for c in centred]
 
 
 class GRPO:
@@ -61,7 +68,8 @@ class GRPO:
         """Set each sample's advantage from its group; the flat list to train on."""
         out = []
         for group in groups:
-            for sample, adv in zip(group, group_advantages([s.reward for s in group], self.config.normalize_std)):
+            for sample, adv in zip(group, group_advantages([s.reward for s in group], self.config.normalize_std,
+                                                             negative_scale=self.config.negative_scale)):
                 sample.advantage = adv
                 out.append(sample)
         return out
