@@ -137,6 +137,10 @@ PRESETS: dict[str, dict[str, float]] = {
     # The design's process reward: correctness first, a bonus for checking what the change might break,
     # and a small one for well-formed calls.
     "process": {"tests": 1.0, "dependents_checked": 0.3, "format": 0.1},
+    # Correctness plus a bonus for well-formed calls: an episode that fixes the bug and then writes
+    # malformed calls until the turn limit (it is graded all the same) earns less than a clean one, so RL
+    # does not reinforce the malformed text.
+    "shaped": {"tests": 1.0, "format": 0.2},
 }
 
 
