@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         print("warm start (SFT on the oracle) ...", file=sys.stderr)
         Trainer(load_config(CONFIG, [f"run_dir={root / 'sft'}", "train.steps=0", "train.eval_every=0"]),
                 progress=False).run()
-        common = [f"model.path={root / 'sft' / 'model'}", "sft.steps=0", "train.eval_every=0",
+        # The warm-started policy (RUN_DIR/sft/model); RUN_DIR/model is the untrained one it started from.
+        common = [f"model.path={root / 'sft' / 'sft' / 'model'}", "sft.steps=0", "train.eval_every=0",
                   "train.checkpoint_every=0", f"train.steps={args.steps}",
                   f"train.tasks_per_step={args.tasks_per_step}", "train.max_refills=0",
                   "fleet.save_trajectories=false", "fleet.max_staleness=1"]
