@@ -62,6 +62,8 @@ class GRPO:
     needs_reference = property(lambda self: self.config.kl_coef > 0)
 
     def __init__(self, config: GRPOConfig):
+        if config.negative_scale < 0:
+            raise ValueError(f"negative_scale must be >= 0 (1 is plain GRPO), got {config.negative_scale}")
         self.config = config
 
     def prepare(self, groups: list[list[Sample]]) -> list[Sample]:
