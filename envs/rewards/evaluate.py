@@ -112,7 +112,7 @@ def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeou
         except Exception as exc:  # the sandbox was healthy; whatever broke now, the patch broke it
             where = exc.where if isinstance(exc, InfraError) else "rewards.grade"
             message = exc.message if isinstance(exc, InfraError) else f"{type(exc).__name__}: {exc}"
-            record = _unresolved(task, dropped, {}, {"where": where, "message": message})
+            record = _record(task, UNRESOLVED, dropped, {}, {"where": where, "message": message})
         finally:
             sandbox.close()
         record.attempts, record.duration_s = attempt, time.monotonic() - start
@@ -121,13 +121,14 @@ def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeou
                       attempts=retries + 1, duration_s=time.monotonic() - start)
 
 
-def _unresolved(task: Task, dropped: list[str], outcomes: dict[str, str], error: dict[str, str] | None,
-                log: str = "") -> EvalRecord:
+def _record(task: Task, status: str, dropped: list[str], outcomes: dict[str, str], error: dict[str, str] | None = None,
+            log: str = "") -> EvalRecord:
+    """The evaluation record of ``outcomes``: a graded test absent from them is ``missing``."""
     wanted = list(dict.fromkeys(task.FAIL_TO_PASS + task.PASS_TO_PASS))
     tests = {tid: outcomes.get(tid, "missing") for tid in wanted}
     f2p = sum(tests[t] == "passed" for t in task.FAIL_TO_PASS)
     p2p = sum(tests[t] == "passed" for t in task.PASS_TO_PASS)
-    return EvalRecord(task.instance_id, UNRESOLVED, tests=tests, fail_to_pass={"passed": f2p, "total": len(task.FAIL_TO_PASS)},
+    return EvalRecord(task.instance_id, status, tests=tests, fail_to_pass={"passed": f2p, "total": len(task.FAIL_TO_PASS)},
                       pass_to_pass={"passed": p2p, "total": len(task.PASS_TO_PASS)}, dropped=dropped, error=error,
                       log_tail=log)
 
@@ -145,23 +146,19 @@ def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, tim
         sandbox.write_file(".repogym-test.patch", task.test_patch.encode())
         added = sandbox.run("git apply --whitespace=nowarn .repogym-test.patch && rm .repogym-test.patch", timeout=120)
         if not added.ok:
-            return _unresolved(task, dropped, {}, {"where": "rewards.test_patch", "message":
+            return _record(task, UNRESOLVED, dropped, {}, {"where": "rewards.test_patch", "message":
                                f"the task's test_patch does not apply: {added.stderr.strip()[-800:]}"})
     wanted = list(dict.fromkeys(task.FAIL_TO_PASS + task.PASS_TO_PASS))
     outcomes, log = run_tests(sandbox, task.test_command, test_files(wanted), timeout=timeout)
-    tests = {tid: outcomes.get(tid, "missing") for tid in wanted}
-    if not wanted or any(o != "passed" for o in tests.values()):
-        missing = sum(o == "missing" for o in tests.values())
-        error = None
-        if not outcomes:
-            error = {"where": "rewards.report", "message": "the test run left no report"}
-        elif missing:
-            error = {"where": "rewards.report", "message": f"{missing} of {len(wanted)} graded tests have no result"}
-        return _unresolved(task, dropped, outcomes, error, log)
-    return EvalRecord(task.instance_id, RESOLVED, tests=tests,
-                      fail_to_pass={"passed": len(task.FAIL_TO_PASS), "total": len(task.FAIL_TO_PASS)},
-                      pass_to_pass={"passed": len(task.PASS_TO_PASS), "total": len(task.PASS_TO_PASS)}, dropped=dropped,
-                      log_tail=log)
+    missing = sum(tid not in outcomes for tid in wanted)
+    if wanted and all(outcomes.get(tid) == "passed" for tid in wanted):
+        return _record(task, RESOLVED, dropped, outcomes, log=log)
+    error = None
+    if not outcomes:
+        error = {"where": "rewards.report", "message": "the test run left no report"}
+    elif missing:
+        error = {"where": "rewards.report", "message": f"{missing} of {len(wanted)} graded tests have no result"}
+    return _record(task, UNRESOLVED, dropped, outcomes, error, log)
 
 
 def _revert_tampering(task: Task, sandbox: Sandbox, dropped: list[str]) -> None:
@@ -171,7 +168,7 @@ def _revert_tampering(task: Task, sandbox: Sandbox, dropped: list[str]) -> None:
                          " && git reset -q", timeout=120, output_limit=16 << 20)
     if not listed.ok:
         raise InfraError("rewards.tamper", f"could not list the changed files: {listed.stderr.strip()[-400:]}")
-    protected = protected_paths(task)
+    protected = set(protected_paths(task))
     for name in sorted(_unquote(p) for p in listed.stdout.splitlines() if p):
         quoted = shlex.quote(name)
         if is_tamper_path(name, protected):

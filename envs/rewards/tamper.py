@@ -21,7 +21,7 @@ from __future__ import annotations
 import configparser
 import tomllib
 from pathlib import PurePosixPath
-from typing import Iterable
+from typing import Collection, Iterable
 
 from envs.tasks.patches import split_patch
 
@@ -45,9 +45,9 @@ def is_startup_path(path: str) -> bool:
     return name in STARTUP_FILES or name.endswith(".pth")
 
 
-def is_tamper_path(path: str, protected: Iterable[str] = ()) -> bool:
+def is_tamper_path(path: str, protected: Collection[str] = ()) -> bool:
     """Whether a change to ``path`` is dropped before grading; ``protected`` are the task's own test files."""
-    return is_test_path(path) or is_startup_path(path) or path in set(protected)
+    return is_test_path(path) or is_startup_path(path) or path in protected
 
 
 def filter_patch(patch: str, protected: Iterable[str] = ()) -> tuple[str, list[str]]:
