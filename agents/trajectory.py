@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envs.errors import InfraError
+
 TRAJECTORY_FORMAT = "repogym.trajectory/2"
 READABLE_FORMATS = ("repogym.trajectory/1", TRAJECTORY_FORMAT)
 
@@ -25,19 +27,29 @@ class TrajectoryWriter:
     """Appends trajectory lines to ``path`` (or nowhere when ``path`` is None), flushing each."""
 
     def __init__(self, path: str | Path | None):
-        if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._out = open(path, "w", encoding="utf-8") if path else None
+        self.path = path
+        try:
+            if path:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._out = open(path, "w", encoding="utf-8") if path else None
+        except OSError as exc:  # a full or read-only disk is the machine's failure, not the episode's
+            raise InfraError("agents.trajectory", f"could not open {path}: {exc}") from exc
 
     def write(self, record: dict[str, Any]) -> None:
         if self._out:
-            self._out.write(json.dumps(record, default=str) + "\n")
-            self._out.flush()
+            try:
+                self._out.write(json.dumps(record, default=str) + "\n")
+                self._out.flush()
+            except OSError as exc:
+                raise InfraError("agents.trajectory", f"could not write {self.path}: {exc}") from exc
 
     def close(self) -> None:
         if self._out:
-            self._out.close()
-            self._out = None
+            out, self._out = self._out, None
+            try:
+                out.close()
+            except OSError:  # the flush of a full disk failed already, and was raised from write
+                pass
 
 
 @dataclass

@@ -44,5 +44,17 @@ class SandboxUnavailable(SandboxError):
     """A backend cannot run on this machine (no Docker daemon, no bubblewrap)."""
 
 
+class SandboxKilledByAgent(RepogymError):
+    """The agent's own commands killed the sandbox (its runner, its container's processes).
+
+    Not an :class:`InfraError`: the episode is the agent's and scores 0. Were it excluded like an
+    infrastructure failure, a policy about to fail would learn to crash its sandbox instead.
+    """
+
+    def __init__(self, where: str, message: str):
+        self.where, self.message = where, message
+        super().__init__(f"[{where}] {message}")
+
+
 class EvaluationError(InfraError):
     """Grading could not produce a trustworthy per-test report."""

@@ -19,10 +19,10 @@ from typing import Any
 import gymnasium as gym
 
 from envs.actions import FORMAT_HINT, parse_action
-from envs.errors import ConfigError, InfraError
-from envs.rewards import grade
+from envs.errors import ConfigError, InfraError, SandboxError, SandboxKilledByAgent
+from envs.rewards import UNRESOLVED, EvalRecord, grade
 from envs.rewards.components import EpisodeFacts, RewardConfig, compute_reward
-from envs.sandbox import SandboxConfig, default_backend, sandbox_factory
+from envs.sandbox import SandboxConfig, SandboxRequestError, default_backend, sandbox_factory
 from envs.sandbox.pool import SandboxPool
 from envs.tasks.repos import repo_path, snapshot
 from envs.tasks.schema import Task
@@ -171,9 +171,9 @@ class RepoTaskEnv(gym.Env):
                     sandbox.load(snap)
                 if not sandbox.dirty_reason:
                     return
-            except InfraError:
+            except (InfraError, SandboxRequestError) as exc:
                 if attempt:
-                    raise
+                    raise exc if isinstance(exc, InfraError) else SandboxError("env.reset", str(exc)) from exc
             sandbox.dirty_reason = sandbox.dirty_reason or "reset failed"
 
     # -- gymnasium API --------------------------------------------------------------------------------
@@ -213,9 +213,16 @@ class RepoTaskEnv(gym.Env):
                 obs, info["exit_code"], info["error"] = result.output, result.exit_code, result.error
                 info.update(result.data)
                 if tool.edits:
-                    self._note_edit()
+                    obs += self._note_edit()
         except ToolError as exc:
             obs, info["error"] = f"error ({exc.kind}): {exc.message}", exc.kind
+        except SandboxKilledByAgent as exc:
+            # The agent's doing: graded as a failure (never excluded), and the sandbox is replaced on reset.
+            self._sandbox.dirty_reason = self._sandbox.dirty_reason or str(exc)
+            record = EvalRecord(self.task.instance_id, UNRESOLVED, error={"where": exc.where, "message": exc.message})
+            _, reward = self._finish("the sandbox was killed from inside", info, record=record)
+            obs, info["error"], terminated = (f"error (sandbox_killed): {exc.message}. Nothing of this episode can "
+                                              "be graded; the episode ends with no reward."), "sandbox_killed", True
         except InfraError as exc:
             obs = f"[infrastructure error in {exc.where}: {exc.message}; the episode ends]"
             info["infra_error"] = {"where": exc.where, "message": exc.message}
@@ -224,6 +231,9 @@ class RepoTaskEnv(gym.Env):
             reward, truncated = float("nan"), True
             if self._sandbox is not None:
                 self._sandbox.dirty_reason = self._sandbox.dirty_reason or str(exc)
+        except Exception as exc:  # a bug of ours must not end a rollout: an observation, recorded in info
+            obs = f"error (internal_error): the tool failed unexpectedly ({type(exc).__name__}: {exc})"
+            info["error"], info["internal_error"] = "internal_error", f"{type(exc).__name__}: {exc}"
         if not (terminated or truncated) and self.turn >= self.config.max_turns:
             truncated = True
             if self.config.grade_on_truncation:
@@ -237,22 +247,32 @@ class RepoTaskEnv(gym.Env):
             if "eval" in info and info["eval"].get("status") == "infra_error":
                 info["infra_error"] = info["eval"].get("error")
         info["duration_s"] = round(time.monotonic() - start, 4)
-        obs = truncate(obs, self.config.observation_limit)
+        obs = truncate(clean_text(obs), self.config.observation_limit)
         self._last_obs = obs
         # Absent rather than None: vector envs stack info values by type, and None breaks that.
         return obs, float(reward), terminated, truncated, {k: v for k, v in info.items() if v is not None}
 
-    def _note_edit(self) -> None:
-        # "Last edit" means the repository's content changed, whatever tool did it (bash included).
-        tree = self._sandbox.tree_id()
+    def _note_edit(self) -> str:
+        """Record whether the repository's content changed (whatever tool did it, bash included); returns a
+        note for the observation when that cannot be told (a full disk, say)."""
+        try:
+            tree = self._sandbox.tree_id()
+        except SandboxRequestError as exc:
+            self.ctx.notes["last_edit_turn"] = self.turn
+            return f"\n[note: git could not record the repository's state: {exc}]"
         if tree != self.ctx.notes.get("tree_id", self._sandbox.base_tree):
             self.ctx.notes["last_edit_turn"] = self.turn
         self.ctx.notes["tree_id"] = tree
+        return ""
 
-    def _finish(self, why: str, info: dict[str, Any]) -> tuple[str, float]:
-        """Grade the diff; fill ``info`` with eval, analysis and reward components; return (obs, reward)."""
-        patch = self._sandbox.diff()
-        record = grade(self.task, patch, self._grading_pool(self.task).acquire, timeout=self.config.eval_timeout)
+    def _finish(self, why: str, info: dict[str, Any], record: EvalRecord | None = None) -> tuple[str, float]:
+        """Grade the diff (or take ``record`` when nothing can be graded); fill ``info`` with eval, analysis
+        and reward components; return (obs, reward)."""
+        if record is None:
+            patch = self._sandbox.diff()
+            record = grade(self.task, patch, self._grading_pool(self.task).acquire, timeout=self.config.eval_timeout)
+        else:
+            patch = ""
         self.last_patch, self.last_eval = patch, record
         info["eval"] = record.to_dict()
         analysis = None
@@ -304,6 +324,15 @@ class RepoTaskEnv(gym.Env):
                 f"Tools:\n{tools}\n\nEach turn, {FORMAT_HINT}. You have {self.config.max_turns} turns. "
                 "Your changes are graded by running the project's tests, including tests you cannot see; "
                 "changes to test files are ignored. Call submit when you are done.")
+
+
+def clean_text(text: str) -> str:
+    """``text`` as valid Unicode: lone surrogates (from non-UTF-8 file names, say) become U+FFFD."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def truncate(text: str, limit: int) -> str:

@@ -180,8 +180,10 @@ def test_tampering_with_pyproject_pytest_section_is_reverted(env, tiny_task):
 
 
 def test_a_dead_sandbox_is_an_infra_error_not_a_zero(env):
+    from tests.test_sandbox import kill_runner_from_outside
     env.reset()
-    obs, reward, term, trunc, info = env.step(call("bash", command="kill -9 $PPID"))
+    kill_runner_from_outside(env._sandbox)
+    obs, reward, term, trunc, info = env.step(call("bash", command="echo hi"))
     assert trunc and math.isnan(reward)
     assert info["infra_error"]["where"].startswith("sandbox.") and info["eval"]["status"] == "infra_error"
     obs, info = env.reset()  # a fresh sandbox replaces the dead one

@@ -43,10 +43,13 @@ CHEAT_CONFTEST = CHEAT
 KILL_RUNNER = """\
     import os, signal
     pid = os.getpid()
-    while pid > 1:
-        pid = int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])
-        if b'runner.py' in open(f'/proc/{pid}/cmdline', 'rb').read():
-            os.kill(pid, signal.SIGKILL)
+    try:
+        while pid > 1:
+            pid = int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])
+            if b'runner.py' in open(f'/proc/{pid}/cmdline', 'rb').read():
+                os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
 """
 # Cases beyond the first of a kind run with the slow ones (CI runs them all), keeping the default run short.
 SLOW = pytest.mark.slow
@@ -122,13 +125,20 @@ class Proxy:
                  id="skips-at-import", marks=SLOW),
     pytest.param({"calc/ops.py": fixed_ops("    import os\n    os._exit(0)\n")}, id="exit-in-function"),
     pytest.param({"calc/ops.py": fixed_ops(at_import="import os\nos._exit(0)\n")}, id="exit-at-import", marks=SLOW),
-    pytest.param({"calc/ops.py": fixed_ops(KILL_RUNNER)}, id="kills-the-runner", marks=SLOW),
 ])
 def test_sabotage_beside_the_fix_is_unresolved_with_reward_0(factory, task, tmp_path, sabotage):
     record = grade(task, patch_of(task, sabotage, tmp_path), factory)
     assert record.status == UNRESOLVED and reward_of(record) == 0.0
     assert record.tests[F2P] != "passed" and record.attempts == 1
     assert not (record.error or {}).get("where", "").startswith("rewards.health_check")
+
+
+@SLOW
+def test_code_under_test_cannot_kill_the_grading_runner(factory, task, tmp_path):
+    # It finds the runner among its ancestors and signals it: refused (docker: the runner's real uid is root;
+    # local: the tests run in a nested PID namespace where that pid is not the runner). Grading is unaffected.
+    record = grade(task, patch_of(task, {"calc/ops.py": fixed_ops(KILL_RUNNER)}, tmp_path), factory)
+    assert record.status == "resolved" and record.error is None, (record.error, record.tests, record.log_tail[-1500:])
 
 
 def test_the_same_fix_without_sabotage_resolves(factory, task, tmp_path):

@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from envs.errors import SandboxError
+from envs.errors import SandboxError, SandboxKilledByAgent
 from envs.tasks.repos import RepoSnapshot
 
 INSIDE_DIR = Path(__file__).resolve().parent / "inside"
 REPO_DIR = "/repo"
 DEFAULT_OUTPUT_LIMIT = 64 * 1024
+# The only writable places in a sandbox, each a size-limited tmpfs emptied or restored by reset.
+WRITABLE = {"/repo": "1g", "/tmp": "512m", "/home/agent": "256m", "/var/tmp": "256m"}
 
 
 @dataclass
@@ -62,6 +64,8 @@ class SandboxConfig:
     """Extra container labels."""
     hidden_paths: tuple[str, ...] = ()
     """Host paths the local backend hides from the sandbox (e.g. a task's source repository)."""
+    answer_slack: float = 30.0
+    """Seconds past a command's own timeout to wait for the runner's answer before calling it hung."""
 
 
 @runtime_checkable
@@ -94,7 +98,8 @@ class Sandbox(Protocol):
 class RunnerClient:
     """Shared implementation of the protocol over a JSON-lines channel to the runner.
 
-    Subclasses provide ``_send(bytes)``, ``_recv_line(deadline) -> bytes`` and ``_shutdown()``.
+    Subclasses provide ``_send(bytes)``, ``_recv_line(deadline) -> bytes`` (raising :class:`RunnerExited`
+    at end of stream), ``_shutdown()`` and ``_died_from_inside()``.
     """
 
     backend = "runner"
@@ -121,6 +126,10 @@ class RunnerClient:
     def _shutdown(self) -> None:
         raise NotImplementedError
 
+    def _died_from_inside(self) -> bool:
+        """After the runner exited: was it killed from inside the sandbox (the agent) rather than from outside?"""
+        raise NotImplementedError
+
     # -- requests -------------------------------------------------------------------------------------
     def request(self, op: str, *, wait: float = 60.0, **fields: Any) -> dict[str, Any]:
         """Send one request and wait up to ``wait`` seconds for its answer."""
@@ -136,6 +145,9 @@ class RunnerClient:
                     answer = json.loads(self._recv_line(deadline))
                     if answer.get("id") == rid:
                         break
+            except (RunnerExited, BrokenPipeError, ConnectionError) as exc:
+                self.dirty_reason = f"runner exited during {op}: {exc}"
+                raise self._blame(op, exc) from exc
             except SandboxError as exc:
                 self.dirty_reason = str(exc)
                 raise
@@ -146,6 +158,17 @@ class RunnerClient:
             raise SandboxRequestError(answer.get("error", "unknown runner error"))
         return answer
 
+    def _blame(self, op: str, exc: Exception) -> Exception:
+        """The error to raise for a runner that exited: the agent's doing, or the infrastructure's."""
+        where = f"sandbox.{self.backend}.{op}"
+        try:
+            inside = self._died_from_inside()
+        except Exception:  # the backend cannot tell (daemon gone): infrastructure
+            inside = False
+        if inside:
+            return SandboxKilledByAgent(where, f"{exc}; the sandbox is still up, so a command inside it killed it")
+        return exc if isinstance(exc, SandboxError) else SandboxError(where, f"runner channel broke: {exc}")
+
     def load(self, snapshot: RepoSnapshot) -> None:
         answer = self.request("load", tar=base64.b64encode(snapshot.tar).decode(), wait=120)
         self.snapshot_key, self.base_tree = snapshot.key, answer["tree"]
@@ -155,7 +178,7 @@ class RunnerClient:
         timeout = self.config.default_timeout if timeout is None else float(timeout)
         limit = self.config.output_limit if output_limit is None else int(output_limit)
         a = self.request("run", cmd=command, timeout=timeout, cwd=cwd, limit=limit, env=env or {},
-                         wait=timeout + 30)
+                         wait=timeout + self.config.answer_slack)
         return CommandResult(a["stdout"], a["stderr"], a["exit_code"], a["timed_out"], a["duration"], a["truncated"])
 
     def read_file(self, path: str, limit: int = 1 << 20) -> bytes:
@@ -191,6 +214,10 @@ class RunnerClient:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class RunnerExited(SandboxError):
+    """The runner's output stream ended: it exited or was killed."""
 
 
 class SandboxRequestError(RuntimeError):

@@ -1,9 +1,12 @@
 """The ``docker`` backend: one container per sandbox, driven through the docker SDK.
 
 Isolates: network (``network_mode="none"``), memory, CPU and process count (cgroup limits), the user
-(commands run as the unprivileged ``agent``, all capabilities dropped, no new privileges), and the
-filesystem (the container's own; the repository is copied in, never mounted). Every container carries
-labels naming the run so ``repogym gc`` can reap leftovers.
+(commands run as the unprivileged ``agent``, no capabilities, no new privileges), and the filesystem (the
+container's own, read-only; the repository is copied in, never mounted; the writable places are
+size-limited tmpfs). The container's main process runs as root and the runner as root with an effective
+uid of ``agent`` (it drops to that uid for every command), so nothing the agent runs can signal either:
+``kill -9 -1`` kills only the agent's own processes. Every container carries labels naming the run and
+its owner so ``repogym gc`` can reap leftovers.
 
 Speed: a resident runner per container (one ``exec`` with its socket kept open) serves every command,
 file operation and reset, so a step costs a socket round trip rather than a new ``docker exec``.
@@ -22,12 +25,11 @@ import time
 import uuid
 
 from envs.errors import SandboxError, SandboxUnavailable
-from envs.sandbox.base import REPO_DIR, RunnerClient, SandboxConfig
+from envs.sandbox.base import REPO_DIR, WRITABLE, RunnerClient, RunnerExited, SandboxConfig
+from envs.sandbox.owner import owner_labels
 
 LABEL = "repogym"
-# The root filesystem is read-only; these are the only writable places, all tmpfs, all emptied or
-# restored by reset. So nothing an agent does can outlive a reset, and no `docker diff` is needed.
-WRITABLE = {"/repo": "1g", "/tmp": "512m", "/home/agent": "256m", "/var/tmp": "256m"}
+AGENT_UID = 1000  # the image's `agent` user; owns the tmpfs folders
 
 
 @functools.lru_cache(maxsize=1)
@@ -68,18 +70,22 @@ class DockerSandbox(RunnerClient):
         self.image = image or self.config.image or ensure_env_image({})
         self.name = f"repogym-{self.config.run_id}-{uuid.uuid4().hex[:8]}"
         labels = {LABEL: "1", f"{LABEL}.run": self.config.run_id, f"{LABEL}.created": str(int(time.time())),
-                  **self.config.labels}
+                  **owner_labels(), **self.config.labels}
         try:
             self.container = self.client.containers.run(
                 self.image, ["sleep", "infinity"], name=self.name, detach=True, labels=labels,
                 network_mode="none", mem_limit=self.config.memory, memswap_limit=self.config.memory,
-                nano_cpus=int(self.config.cpus * 1e9), pids_limit=self.config.pids, user="agent",
+                nano_cpus=int(self.config.cpus * 1e9), pids_limit=self.config.pids, user="root",
                 working_dir=REPO_DIR, init=True, read_only=True,
-                tmpfs={path: f"rw,exec,size={size},uid=1000,gid=1000,mode=0755" for path, size in WRITABLE.items()}, cap_drop=["ALL"], security_opt=["no-new-privileges"],
+                tmpfs={path: f"rw,exec,size={size},uid={AGENT_UID},gid={AGENT_UID},mode=0755"
+                       for path, size in WRITABLE.items()},
+                # SETUID/SETGID only so the root runner can take the agent's uid; commands have no capability.
+                cap_drop=["ALL"], cap_add=["SETUID", "SETGID"], security_opt=["no-new-privileges"],
                 environment={"HOME": "/home/agent", "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"})
             api = self.client.api
             exec_id = api.exec_create(self.container.id, ["python3", f"{self.inside_dir}/runner.py", REPO_DIR],
-                                      stdin=True, stdout=True, stderr=True, user="agent")["Id"]
+                                      stdin=True, stdout=True, stderr=True, user="root",
+                                      environment={"REPOGYM_AGENT_UID": str(AGENT_UID)})["Id"]
             stream = api.exec_start(exec_id, socket=True)
         except Exception as exc:
             self._remove()
@@ -112,7 +118,7 @@ class DockerSandbox(RunnerClient):
             if ready:
                 chunk = self._sock.recv(1 << 20)
                 if not chunk:
-                    raise SandboxError("sandbox.docker", f"runner in {self.name} exited ({self._container_state()})")
+                    raise RunnerExited("sandbox.docker", f"runner in {self.name} exited ({self._container_state()})")
                 self._frames += chunk
         line, _, self._lines = self._lines.partition(b"\n")
         return line
@@ -124,6 +130,17 @@ class DockerSandbox(RunnerClient):
             return f"container {state['Status']}, OOM killed: {state.get('OOMKilled')}"
         except Exception as exc:
             return f"container gone: {exc}"
+
+    def _died_from_inside(self) -> bool:
+        # Only the agent's processes can end the runner while the container (whose main process is root) runs.
+        # A container killed from outside closes the runner's stream a moment before its state says so.
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            self.container.reload()
+            if self.container.attrs["State"]["Status"] != "running":
+                return False
+            time.sleep(0.25)
+        return True
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def _shutdown(self) -> None:

@@ -6,27 +6,35 @@ the sandbox), and the filesystem: only what commands need is mounted, read-only:
 and virtual environment. Nothing else of the host is there: not the home folder, not ``/work`` or
 ``/opt``, not the project's checkout, repogym's cache or the task files (their gold patches and hidden
 tests), except the interpreter's folders inside them. The only writable places are the sandbox's own copy
-of the repository at ``/repo`` and a private ``/tmp``. Paths in ``SandboxConfig.hidden_paths`` (and the
-project, the cache and the bundled tasks) are also covered with empty mounts wherever they fall inside
-what is mounted.
-Does not isolate: CPU and memory (no cgroup limits; use the docker backend for those), the kernel, and
-read access to the system folders and the interpreter's environment (so a package installed there, say
-the original of the project under test, is visible: ``repogym validate`` checks for that).
+of the repository at ``/repo`` and a private ``/tmp``, both size-limited tmpfs (so a disk filler fills
+them, not the host). Paths in ``SandboxConfig.hidden_paths`` (and the project, the cache and the bundled
+tasks) are also covered with empty mounts wherever they fall inside what is mounted. Every command runs in
+a PID namespace of its own, nested in the sandbox's, so ``kill -9 -1`` cannot reach the runner.
+Limits: process count, memory and CPU through a cgroup of the sandbox's own (:mod:`envs.sandbox.cgroups`)
+when this process may make one (root, or a delegated cgroup tree); otherwise none, and ``limits`` says so.
+Files of /etc the world may not read (``/etc/shadow``, keys) are covered with empty ones: run by root, the
+sandbox's uid maps to root and would own them. Does not isolate: the kernel, and read access to the system folders and the interpreter's environment (so
+a package installed there, say the original of the project under test, is visible: ``repogym validate``
+checks for that).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import select
+import shlex
 import shutil
+import stat
 import subprocess
 import sys
-import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from envs.errors import SandboxError, SandboxUnavailable
-from envs.sandbox.base import INSIDE_DIR, REPO_DIR, RunnerClient, SandboxConfig
+from envs.sandbox.base import INSIDE_DIR, REPO_DIR, WRITABLE, RunnerClient, RunnerExited, SandboxConfig
+from envs.sandbox.cgroups import Cgroup, parse_bytes
 from envs.tasks.repos import cache_dir
 from envs.tasks.suites import task_repos_dir
 
@@ -40,6 +48,23 @@ def available() -> str | None:
     if shutil.which("bwrap") is None:
         return "bubblewrap is not installed (apt-get install bubblewrap)"
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def _private_system_files() -> tuple[str, ...]:
+    """Files in /etc the world may not read (shadow, keys): run as root, the sandbox's own uid would own them."""
+    found = []
+    for folder, dirs, files in os.walk("/etc"):
+        for name in files:
+            path = os.path.join(folder, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and not st.st_mode & stat.S_IROTH:
+                found.append(path)
+        dirs[:] = [d for d in dirs if os.access(os.path.join(folder, d), os.R_OK)]
+    return tuple(sorted(found))
 
 
 def _hidden_paths(extra: tuple[str, ...] = ()) -> list[Path]:
@@ -59,9 +84,14 @@ class LocalSandbox(RunnerClient):
         why = available()
         if why:
             raise SandboxUnavailable("sandbox.local", why)
-        self.workdir = Path(tempfile.mkdtemp(prefix="repogym-local-"))
-        (self.workdir / "repo").mkdir()
-        (self.workdir / "tmp").mkdir()
+        self.name = f"{self.config.run_id}-{uuid.uuid4().hex[:8]}"
+        self.cgroup: Cgroup | None = None
+        try:
+            self.cgroup = Cgroup(self.name, pids=self.config.pids, memory=parse_bytes(self.config.memory),
+                                 cpus=self.config.cpus)
+            self.limits = {"pids": self.config.pids, "memory": self.config.memory, "cpus": self.config.cpus}
+        except OSError as exc:
+            self.limits = {"none": f"no cgroup could be made here ({exc}); processes, memory and CPU are unlimited"}
         python_prefix = Path(sys.prefix).resolve()
         cmd = ["bwrap", "--die-with-parent", "--unshare-all", "--new-session"]
         # The root is bwrap's own tmpfs; only the system folders are mounted on it (read-only), so the home
@@ -74,8 +104,11 @@ class LocalSandbox(RunnerClient):
             elif entry.is_dir():
                 cmd += ["--ro-bind", str(entry), str(entry)]
                 mounted.append(entry)
+        for path in _private_system_files():
+            cmd += ["--ro-bind", "/dev/null", path]
         cmd += ["--dev", "/dev", "--proc", "/proc"]
-        cmd += ["--bind", str(self.workdir / "tmp"), "/tmp", "--bind", str(self.workdir / "repo"), REPO_DIR]
+        for path in ("/tmp", REPO_DIR):
+            cmd += ["--size", str(parse_bytes(WRITABLE[path])), "--tmpfs", path]
         # The interpreter that runs tests (a venv, maybe in the project's checkout, the home folder or under
         # the host's /tmp) is mounted, read-only, too; hidden paths inside what is mounted are emptied, and a
         # prefix inside a hidden path is put back on top.
@@ -90,11 +123,20 @@ class LocalSandbox(RunnerClient):
         for prefix in prefixes:
             if any(prefix.is_relative_to(h) for h in hidden):
                 cmd += ["--ro-bind", str(prefix), str(prefix)]
-        cmd += ["--ro-bind", str(INSIDE_DIR), INSIDE_MOUNT, "--chdir", REPO_DIR,
+        # The root is bwrap's tmpfs holding the /bin, /lib symlinks: read-only, or `rm -rf /` breaks every exec.
+        cmd += ["--ro-bind", str(INSIDE_DIR), INSIDE_MOUNT, "--remount-ro", "/", "--chdir", REPO_DIR,
                 "--setenv", "HOME", "/tmp", "--setenv", "PATH", f"{python_prefix}/bin:/usr/local/bin:/usr/bin:/bin",
-                "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--unsetenv", "VIRTUAL_ENV",
+                "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "REPOGYM_NEST", "1", "--unsetenv", "VIRTUAL_ENV",
                 sys.executable, f"{INSIDE_MOUNT}/runner.py", REPO_DIR]
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if self.cgroup is not None:  # join the cgroup before exec, so no child of bwrap starts outside it
+            join = " && ".join(f"echo $$ > {shlex.quote(f)}" for f in self.cgroup.procs_files)
+            cmd = ["/bin/sh", "-c", f'{join} && exec "$@"', "sh", *cmd]
+        try:
+            self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError as exc:
+            if self.cgroup is not None:
+                self.cgroup.close()
+            raise SandboxError("sandbox.local.start", f"could not start bubblewrap: {exc}") from exc
         self._buf = b""
         try:
             self.request("ping", wait=20)
@@ -117,10 +159,21 @@ class LocalSandbox(RunnerClient):
             if ready:
                 chunk = os.read(fd, 1 << 20)
                 if not chunk:
-                    raise SandboxError("sandbox.local", f"runner exited (code {self._proc.poll()})")
+                    raise RunnerExited("sandbox.local", f"runner exited (code {self._wait_code()})")
                 self._buf += chunk
         line, _, self._buf = self._buf.partition(b"\n")
         return line
+
+    def _wait_code(self) -> int | None:
+        try:
+            return self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def _died_from_inside(self) -> bool:
+        # bwrap exits with its child's status when the runner dies inside; killed from outside, it has a signal.
+        code = self._wait_code()
+        return code is not None and code >= 0
 
     def _shutdown(self) -> None:
         if self._proc.poll() is None:
@@ -131,4 +184,5 @@ class LocalSandbox(RunnerClient):
                 stream.close()
             except OSError:  # the runner died with bytes still buffered for it
                 pass
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        if self.cgroup is not None:
+            self.cgroup.close()

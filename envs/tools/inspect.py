@@ -12,7 +12,6 @@ import io
 import tarfile
 import threading
 
-from envs.tasks.patches import touched_paths
 from envs.tasks.repos import snapshot
 from envs.tools.base import Tool, ToolContext, ToolResult
 
@@ -40,10 +39,11 @@ def base_index(task):
 def analyze_sandbox(ctx: ToolContext, diff: str | None = None):
     """The :class:`envs.analysis.DiffAnalysis` of the sandbox's current diff."""
     from envs.analysis import analyze_diff
+    from envs.analysis.diffs import parse_diff
     diff = ctx.sandbox.diff() if diff is None else diff
     after: dict[str, bytes | None] = {}
-    for path in touched_paths(diff):
-        if path.endswith(".py"):
+    for path in (fd.new_path for fd in parse_diff(diff)):  # the paths as analyze_diff reads them
+        if path and path.endswith(".py"):
             try:
                 after[path] = ctx.sandbox.read_file(path, limit=8 << 20)
             except (FileNotFoundError, IsADirectoryError):

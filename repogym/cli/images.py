@@ -13,9 +13,14 @@ def add_parser(sub) -> None:
     build.set_defaults(func=run_build)
     ls = isub.add_parser("list", help="list repogym images")
     ls.set_defaults(func=run_list)
-    gc = sub.add_parser("gc", help="remove leftover repogym containers")
-    gc.add_argument("--run", default=None, help="only containers of this run id")
-    gc.add_argument("--older-than", type=float, default=0.0, help="only containers older than this many seconds")
+    gc = sub.add_parser("gc", help="remove what crashed repogym processes left behind: containers and volumes "
+                                   "labelled repogym, local sandbox temp dirs and empty repogym cgroups "
+                                   "whose owner is dead; never anything repogym did not create")
+    gc.add_argument("--run", default=None, help="only containers, volumes, temp dirs and cgroups of this run id")
+    gc.add_argument("--older-than", type=float, default=0.0, metavar="S",
+                    help="only leftovers at least this many seconds old (default 0)")
+    gc.add_argument("--stale-after", type=float, default=120.0, metavar="S",
+                    help="a heartbeat older than this many seconds means its owner is dead (default 120)")
     gc.add_argument("--dry-run", action="store_true", help="list, do not remove")
     gc.set_defaults(func=run_gc)
 
@@ -37,8 +42,17 @@ def run_list(args) -> int:
 
 
 def run_gc(args) -> int:
-    from envs.sandbox.gc import reap
-    names = reap(args.run, args.older_than, args.dry_run)
+    from envs.sandbox.gc import KINDS, reap
+    report = reap(args.run, args.older_than, args.stale_after, args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
-    print(f"{verb} {len(names)} container(s)" + "".join(f"\n  {n}" for n in names))
+    done = [x for x in report.leftovers if args.dry_run or x.removed]
+    print(f"{verb} {len(done)} leftover(s)")
+    for kind in KINDS:
+        items = [x for x in report.leftovers if x.kind == kind]
+        if items:
+            print(f"{kind} ({len(items)}):")
+        for item in items:
+            print(f"  {item.name}  {item.reason}" + (f"  [not removed: {item.error}]" if item.error else ""))
+    for part, why in report.skipped.items():
+        print(f"skipped {part}: {why}")
     return 0

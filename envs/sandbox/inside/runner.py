@@ -10,11 +10,16 @@ A reset puts back the whole ``.git`` as :func:`load` left it (kept in this proce
 files: commits, branches, tags, stash, notes, reflog entries and loose objects an episode made (its own
 attempts at the fix among them) never reach the next episode.
 
-Not guaranteed: it runs as the same user as the agent's commands, so a hostile command can signal it;
-the host then sees a dead runner, a typed SandboxError, and replaces the sandbox.
+Out of the agent's reach: under docker it is started as root and keeps root as its real and saved uid
+(its effective uid is the agent's, so the files it writes are the agent's), while every command runs
+with all three uids the agent's: the agent cannot signal, trace or read this process. Under the local
+backend every command runs in its own nested PID namespace (``REPOGYM_NEST=1``), where this process has
+no pid to signal. It is also not dumpable, and commands are the OOM killer's first choice. Should it die
+anyway, the host blames whoever could have done it (see ``RunnerClient._blame``).
 """
 
 import base64
+import ctypes
 import io
 import json
 import os
@@ -31,6 +36,39 @@ GIT_ID = ["-c", "user.name=repogym", "-c", "user.email=agent@repogym.invalid", "
           "-c", "init.defaultBranch=main", "-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0"]
 BASE_TAG = "repogym-base"
 _BASE = {"commit": None, "git": None}  # the base commit id and a tar of the pristine .git, set by load()
+AGENT = {"uid": None, "prefix": []}  # the uid commands run as; the nested-namespace launcher, if any
+
+
+def _harden():
+    """Put this process out of the agent's reach (see the module docstring); returns what holds."""
+    uid = os.environ.pop("REPOGYM_AGENT_UID", "")
+    if uid and os.getuid() == 0:
+        uid = int(uid)
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(0, uid, 0)  # effective: the agent; real and saved: root, which the agent cannot signal
+        AGENT["uid"] = uid
+    if os.environ.pop("REPOGYM_NEST", "") == "1" and shutil.which("bwrap"):
+        prefix = ["bwrap", "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--unshare-pid", "--unshare-user",
+                  "--die-with-parent", "--"]
+        if subprocess.run(prefix + ["true"], capture_output=True).returncode == 0:
+            AGENT["prefix"] = prefix
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/<pid>/fd, mem, environ
+    except (OSError, AttributeError):
+        pass
+    return {"agent_uid": AGENT["uid"], "nested": bool(AGENT["prefix"])}
+
+
+def _as_agent():
+    """Runs in each command's child before exec: the OOM killer takes it first; the agent's uid, if set."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as fh:
+            fh.write("1000")
+    except OSError:
+        pass
+    if AGENT["uid"] is not None:
+        os.setresuid(AGENT["uid"], AGENT["uid"], AGENT["uid"])
 
 
 def _inside(path):
@@ -62,8 +100,9 @@ def run(req):
     env = dict(os.environ)
     env.update(req.get("env") or {})
     start = time.monotonic()
-    proc = subprocess.Popen(["/bin/bash", "-c", cmd], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(AGENT["prefix"] + ["/bin/bash", "-c", cmd], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=_as_agent)
     bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     totals = {proc.stdout: 0, proc.stderr: 0}
     sel = selectors.DefaultSelector()
@@ -187,9 +226,14 @@ def reset(req):
     killed = _kill_strays()
     if _BASE["git"] is None:
         raise RuntimeError("nothing loaded to reset to")
-    _restore_git()
-    _git("reset", "-q", "--hard", _BASE["commit"])
-    _git("clean", "-q", "-ffdx")
+    try:
+        _restore_git()
+        _git("reset", "-q", "--hard", _BASE["commit"])
+        _git("clean", "-q", "-ffdx")
+    except (RuntimeError, OSError):  # a full disk, say: start from an empty folder and check the base out
+        _clear(ROOT)
+        _restore_git()
+        _git("reset", "-q", "--hard", _BASE["commit"])
     for scratch in req.get("scratch", []):
         if os.path.isdir(scratch):
             for name in os.listdir(scratch):
@@ -222,23 +266,37 @@ def _kill_strays():
     return killed
 
 
+def _stage():
+    """``git add -A``; should the agent have broken or removed ``.git``, put back the base's and stage again."""
+    try:
+        _git("add", "-A")
+        _git("cat-file", "-e", _BASE["commit"] or BASE_TAG)
+    except RuntimeError:
+        if _BASE["git"] is None:
+            raise
+        _restore_git()
+        _git("add", "-A")
+
+
 def diff(req):
     """The working tree against the base, new files included, as a git patch."""
-    _git("add", "-A")
+    _stage()
     return {"diff": _git("diff", "--cached", "--binary", _BASE["commit"] or BASE_TAG)}
 
 
 def tree(req):
     """The id of the working tree's content (new files included): cheaper than a diff, same change signal."""
-    _git("add", "-A")
+    _stage()
     return {"tree": _git("write-tree").strip()}
 
 
 OPS = {"run": run, "tree": tree, "read": read, "write": write, "load": load, "reset": reset, "diff": diff,
-       "ping": lambda req: {"pid": os.getpid()}}
+       "ping": lambda req: {"pid": os.getpid(), **HARDENED}}
+HARDENED = {}
 
 
 def main():
+    HARDENED.update(_harden())
     os.makedirs(ROOT, exist_ok=True)
     out = sys.stdout
     for line in sys.stdin:

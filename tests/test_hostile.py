@@ -1,0 +1,218 @@
+"""A hostile agent, through the env, on both backends: every attack is contained, the agent gets a clear
+observation, other episodes carry on, and the next reset gives a clean sandbox.
+
+Already covered elsewhere and not repeated here: hidden tests and the gold patch are never in the agent's
+sandbox (tests/test_integrity.py, tests/test_sandbox.py); editing tests, conftest.py or pytest config earns
+nothing (tests/test_integrity.py, tests/test_tamper.py); malformed calls (tests/test_fuzz.py).
+"""
+
+import json
+import math
+import os
+import re
+import threading
+
+import pytest
+
+from envs.repo_env import EnvConfig, RepoTaskEnv
+from envs.sandbox import SandboxConfig
+
+
+def call(name, **arguments):
+    return json.dumps({"name": name, "arguments": arguments})
+
+
+LIMITS = SandboxConfig(run_id="pytest-hostile", pids=96, memory="768m")
+
+
+@pytest.fixture
+def env(backend, tiny_task):
+    environment = RepoTaskEnv(task=tiny_task, sandbox=backend, max_turns=60,
+                              config=EnvConfig(sandbox_config=LIMITS, eval_pool_size=0))
+    environment.reset()
+    yield environment
+    environment.close()
+
+
+def bash(env, command, timeout=None):
+    args = {"command": command} if timeout is None else {"command": command, "timeout": timeout}
+    obs, reward, term, trunc, info = env.step(call("bash", **args))
+    assert isinstance(obs, str) and obs and not math.isnan(reward) and "infra_error" not in info, obs
+    return obs, info
+
+
+def assert_healthy(env):
+    """The episode goes on: the sandbox answers, and the repository is as the agent left it."""
+    obs, _ = bash(env, "echo ok")
+    assert obs.splitlines()[0] == "ok"  # (a full disk adds a note that git could not record the state)
+
+
+def assert_clean_after_reset(env, tiny_task):
+    env.reset()
+    box = env._sandbox
+    assert box.diff() == ""
+    assert b"min(x, high - 1)" in box.read_file("calc/ops.py")  # the base's (broken) code
+    assert bash(env, "ls /tmp | wc -l; git log --oneline | wc -l")[0].split() == ["0", "1"]
+
+
+def require_limits(env):
+    box = env._sandbox
+    if getattr(box, "cgroup", "docker") is None:
+        pytest.skip(f"no cgroup for the local sandbox here: {box.limits}")
+
+
+def test_fork_bomb_hits_the_process_limit_and_ends_with_its_timeout(env, tiny_task):
+    require_limits(env)
+    obs, info = bash(env, "python3 -c 'import os, time\nn = 0\ntry:\n    while n < 200:\n        if os.fork() == 0:\n"
+                          "            time.sleep(30)\n            os._exit(0)\n        n += 1\nexcept OSError as e:\n"
+                          "    print(\"stopped at\", n, e)'", timeout=20)
+    assert "stopped at" in obs and int(obs.split()[2]) < LIMITS.pids  # the limit held
+    obs, info = bash(env, ":(){ :|:& };:", timeout=5)
+    assert info.get("error") == "timeout" or "Resource temporarily unavailable" in obs
+    assert_healthy(env)
+    assert_clean_after_reset(env, tiny_task)
+
+
+def test_memory_hog_is_killed_and_the_sandbox_lives(env, tiny_task):
+    require_limits(env)
+    obs, info = bash(env, "python3 -c 'b = []\nwhile True: b.append(bytearray(64 << 20))'", timeout=60)
+    assert info["exit_code"] != 0 and ("MemoryError" in obs or info["exit_code"] in (137, -9))
+    assert_healthy(env)
+    assert_clean_after_reset(env, tiny_task)
+
+
+def test_disk_filler_fills_the_sandbox_not_the_host(backend, tiny_task):
+    # With the default memory limit (2g), the 1 GiB tmpfs of /repo fills first. (Filling every tmpfs of a
+    # sandbox with less memory than that gets the sandbox killed: the agent's doing, reward 0.)
+    env = RepoTaskEnv(task=tiny_task, sandbox=backend, config=EnvConfig(eval_pool_size=0))
+    env.reset()
+    try:
+        _fill_disk(env)
+    finally:
+        env.close()
+
+
+def _fill_disk(env):
+    obs, info = bash(env, "head -c 3G /dev/zero > big.bin; echo rc=$?; du -m big.bin | cut -f1", timeout=120)
+    assert "No space left on device" in obs and "rc=1" in obs
+    assert int(re.search(r"rc=1\s+(\d+)", obs).group(1)) <= 1100  # stopped at the repository's 1 GiB tmpfs
+    assert_healthy(env)
+    env.reset()
+    assert bash(env, "ls big.bin 2>&1")[0].startswith("ls: cannot access")
+
+
+def test_an_endless_loop_and_endless_output_end_at_the_timeout(env):
+    obs, info = bash(env, "while true; do :; done", timeout=2)
+    assert info["error"] == "timeout" and "timed out after 2s" in obs
+    obs, info = bash(env, "yes hostile", timeout=2)
+    assert info["error"] == "timeout" and "characters truncated" in obs and len(obs) <= 20_000
+    assert_healthy(env)
+
+
+def test_rm_rf_root_wipes_only_the_agents_copy_and_reset_restores_it(env, tiny_task, tmp_path):
+    canary = tmp_path / "canary.txt"
+    canary.write_text("host file")
+    bash(env, "rm -rf --no-preserve-root / 2>/dev/null; echo done", timeout=120)
+    assert canary.read_text() == "host file"  # the host is untouched
+    obs, _ = bash(env, "ls /repo | wc -l; test -x /bin/bash && echo shell-ok")
+    assert obs.split() == ["0", "shell-ok"]  # the repository is gone (its .git put back), the system is not
+    env.reset()
+    assert env._sandbox.diff() == "" and b"def clamp" in env._sandbox.read_file("calc/ops.py")
+    assert bash(env, "git log --oneline | wc -l")[0].strip() == "1"
+
+
+def test_killing_pid_1_and_every_process_leaves_the_runner(env, tiny_task):
+    for attack in ("kill -9 1", "kill -9 -1", "kill -9 $PPID", "pkill -9 -f runner", "kill -STOP $PPID"):
+        bash(env, attack + "; true", timeout=10)
+        assert_healthy(env)
+    assert_clean_after_reset(env, tiny_task)
+
+
+def test_a_sandbox_killed_from_inside_ends_the_episode_with_0_not_an_exclusion(env, tiny_task):
+    # Simulates what the hardening makes hard for the agent itself: the runner dies while the sandbox is up.
+    box = env._sandbox
+    if box.backend == "docker":
+        pid = box.request("ping")["pid"]
+        box.container.exec_run(["kill", "-9", str(pid)], user="root")  # root inside may signal the root runner
+    else:
+        init = int(open(f"/proc/{box._proc.pid}/task/{box._proc.pid}/children").read().split()[0])
+        runner = int(open(f"/proc/{init}/task/{init}/children").read().split()[0])
+        os.kill(runner, 9)  # the runner inside dies; bubblewrap itself exits on its own
+    obs, reward, term, trunc, info = env.step(call("bash", command="echo hi"))
+    assert term and not trunc and reward == 0.0 and not info.get("exclude")
+    assert info["error"] == "sandbox_killed" and "killed" in obs
+    assert info["eval"]["status"] == "unresolved" and info["eval"]["error"]["where"].startswith("sandbox.")
+    assert "infra_error" not in info
+    assert_clean_after_reset(env, tiny_task)  # a fresh sandbox replaces the dead one
+
+
+def test_host_files_are_out_of_reach(env, tmp_path):
+    canary = tmp_path / "secret.txt"
+    canary.write_text("host secret")
+    obs, _ = bash(env, f"cat {canary} 2>&1; cat /etc/shadow 2>&1 | head -c 200; ls /root 2>&1 | head -3")
+    assert "host secret" not in obs and "root:" not in obs
+
+
+def test_symlink_and_dotdot_escapes_are_refused(env, tmp_path):
+    bash(env, "ln -s /etc/passwd link; ln -s / rootlink")
+    for path in ("../etc/passwd", "/etc/passwd", "link", "rootlink/etc/hostname", "calc/../../etc/passwd"):
+        obs, _, _, _, info = env.step(call("view", path=path))
+        assert info["error"] in ("path_outside_repo", "not_found"), (path, obs)
+        obs, _, _, _, info = env.step(call("create", path=path, content="pwned\n"))
+        assert info["error"] == "path_outside_repo", (path, obs)
+    assert bash(env, "grep -c pwned /etc/passwd; true")[0].strip() == "0"
+
+
+def test_no_network(env):
+    obs, _ = bash(env, "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=3)\" 2>&1 "
+                       "| tail -1; python3 -c \"import socket; socket.getaddrinfo('pypi.org', 443)\" 2>&1 | tail -1",
+                  timeout=30)
+    assert "unreachable" in obs.lower() or "Errno" in obs
+    assert "gaierror" in obs or "Temporary failure" in obs or "Name or service" in obs
+
+
+def test_writes_outside_the_repository_fail_or_vanish_at_reset(env, tiny_task):
+    obs, _ = bash(env, "for d in /etc /usr /opt /bin /; do touch $d/hostile 2>/dev/null && echo wrote-$d; done; "
+                       "touch /tmp/hostile ~/hostile && echo scratch-ok")
+    assert "wrote-" not in obs and "scratch-ok" in obs
+    env.reset()
+    assert bash(env, "ls /tmp/hostile ~/hostile 2>&1 | grep -c 'No such file'")[0].strip() == "2"
+
+
+def test_huge_and_binary_output_are_cut_and_marked(env):
+    obs, _ = bash(env, "head -c 50000000 /dev/zero | tr '\\0' a")
+    assert "characters truncated" in obs and len(obs) <= 20_000
+    obs, _ = bash(env, "head -c 5000000 /dev/urandom")
+    assert "binary output" in obs
+
+
+def test_non_utf8_paths_and_bytes_do_not_break_any_tool(env):
+    bash(env, "mkdir $'d\\xff'; printf 'x = 1\\n' > $'bad\\xfe\\xff.py'; printf '\\xff\\xfe\\n' > latin.txt; "
+              "ln -s $'bad\\xfe\\xff.py' $'link\\xff'")
+    for action in (call("bash", command="ls"), call("view", path="."), call("search", pattern="x ="),
+                   call("view", path="latin.txt"), call("diff"), call("inspect_diff")):
+        obs, reward, term, trunc, info = env.step(action)
+        obs.encode("utf-8")  # a valid string: trajectories and tokenizers can take it
+        assert obs and not term and not trunc and "infra_error" not in info
+    obs, reward, term, trunc, info = env.step(call("submit"))
+    assert term and reward == 0.0 and info["eval"]["status"] in ("unresolved", "patch_failed")
+
+
+def test_an_attack_in_one_episode_leaves_another_unaffected(backend, tiny_task):
+    attacker, victim = (RepoTaskEnv(task=tiny_task, sandbox=backend, max_turns=60,
+                                    config=EnvConfig(sandbox_config=LIMITS, eval_pool_size=0)) for _ in range(2))
+    try:
+        attacker.reset()
+        victim.reset()
+        require_limits(attacker)
+        thread = threading.Thread(target=lambda: attacker.step(call(
+            "bash", command=":(){ :|:& };: ; python3 -c 'b=[]\nwhile 1: b.append(bytearray(64<<20))'", timeout=8)))
+        thread.start()
+        victim.step(call("apply_patch", patch=tiny_task.patch))
+        obs, reward, term, *_ = victim.step(call("submit"))
+        thread.join()
+        assert term and reward == 1.0, obs
+        assert attacker.step(call("bash", command="echo ok"))[0].strip() == "ok"
+    finally:
+        attacker.close()
+        victim.close()
