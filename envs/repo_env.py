@@ -4,8 +4,11 @@
 when it is clean: a git reset, not a new container) and returns the problem statement with the tool
 instructions. ``step`` takes one tool call as text and returns its output. ``submit`` grades the diff in
 a pristine sandbox (:mod:`envs.rewards`) and terminates; the turn limit truncates (and, by default,
-grades whatever the diff is then). Agent mistakes are observations; infrastructure failures end the
-episode with ``info["infra_error"]`` and a NaN reward, so training can drop them.
+grades whatever the diff is then), as do the optional budgets of observation tokens and wall time
+(``info["truncation"]`` says which). Every step reports ``info["usage"]``: the observation's characters
+(and tokens, given a tokenizer) and the episode's running totals. Agent mistakes are observations;
+infrastructure failures end the episode with ``info["infra_error"]`` and a NaN reward, so training can
+drop them; an agent that kills its own sandbox gets reward 0.
 """
 
 from __future__ import annotations
@@ -72,10 +75,22 @@ class EnvConfig:
     """Reward components and weights, or a preset name (``default``: tests only; ``process``)."""
     analyze_final_diff: bool = True
     """Put the tree-sitter analysis of the final diff in ``info["analysis"]``."""
+    tokenizer: Any = None
+    """A tokenizer (anything with ``encode``) or a local model folder: ``info["usage"]`` then counts tokens too."""
+    max_observation_tokens: int | None = None
+    """Budget of observation tokens per episode (the intro included); needs ``tokenizer``. Past it: truncated."""
+    max_wall_s: float | None = None
+    """Budget of wall-clock seconds per episode, from reset; past it: truncated."""
 
     def __post_init__(self):
         if self.max_turns < 1:
             raise ConfigError(f"max_turns must be >= 1, got {self.max_turns}")
+        if self.max_observation_tokens is not None and self.tokenizer is None:
+            raise ConfigError("max_observation_tokens needs a tokenizer to count with: set EnvConfig.tokenizer")
+        for name in ("max_observation_tokens", "max_wall_s"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"{name} must be > 0 or None, got {value}")
         if isinstance(self.reward, str):
             self.reward = RewardConfig.preset(self.reward)
         if self.sandbox not in (None, "docker", "local"):
@@ -99,6 +114,7 @@ class RepoTaskEnv(gym.Env):
         if render_mode not in (None, "ansi"):
             raise ConfigError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.config, self.render_mode = config, render_mode
+        self._tokenizer = _load_tokenizer(config.tokenizer)
         self.backend = config.sandbox or default_backend()
         self.suite = suite
         self.tasks = self._task_list(task, suite, tasks)
@@ -171,7 +187,8 @@ class RepoTaskEnv(gym.Env):
                     sandbox.load(snap)
                 if not sandbox.dirty_reason:
                     return
-            except (InfraError, SandboxRequestError) as exc:
+            # A left-over process of the last episode may have broken it (killed, full disk): a fresh one then.
+            except (InfraError, SandboxRequestError, SandboxKilledByAgent) as exc:
                 if attempt:
                     raise exc if isinstance(exc, InfraError) else SandboxError("env.reset", str(exc)) from exc
             sandbox.dirty_reason = sandbox.dirty_reason or "reset failed"
@@ -186,8 +203,13 @@ class RepoTaskEnv(gym.Env):
         self.ctx = ToolContext(self._sandbox, self.task, self.config.command_timeout, self.config.max_command_timeout)
         obs = self._intro(self.task)
         self._last_obs = obs
+        self._usage = {"observation_chars": 0, "turns": 0, "wall_s": 0.0}
+        if self._tokenizer is not None:
+            self._usage["observation_tokens"] = 0
+        self._started = time.monotonic()
         info = {"task_id": self.task.instance_id, "repo": self.task.repo, "difficulty": self.task.difficulty,
-                "tools": self.tools_schema(), "max_turns": self.config.max_turns, "sandbox": self.backend}
+                "tools": self.tools_schema(), "max_turns": self.config.max_turns, "sandbox": self.backend,
+                "horizon": self.task.extra.get("horizon", "short"), "usage": self._count(obs)}
         return obs, info
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict]:
@@ -234,23 +256,59 @@ class RepoTaskEnv(gym.Env):
         except Exception as exc:  # a bug of ours must not end a rollout: an observation, recorded in info
             obs = f"error (internal_error): the tool failed unexpectedly ({type(exc).__name__}: {exc})"
             info["error"], info["internal_error"] = "internal_error", f"{type(exc).__name__}: {exc}"
-        if not (terminated or truncated) and self.turn >= self.config.max_turns:
+        obs = truncate(clean_text(obs), self.config.observation_limit)
+        budget = None if terminated or truncated else self._over_budget(obs)
+        if budget is not None:
             truncated = True
+            info["truncation"] = budget
             if self.config.grade_on_truncation:
-                _, reward = self._finish("turn limit", info)
+                _, reward = self._finish(budget["reason"].replace("_", " "), info)
             else:
                 info["eval"] = {"status": "not_submitted"}
-            obs += f"\n[turn limit of {self.config.max_turns} reached; the episode ends]"
+            obs += f"\n[{budget['message']}; the episode ends]"
         if terminated or truncated:
             self._done = True
             info["well_formed_calls"] = self.well_formed
             if "eval" in info and info["eval"].get("status") == "infra_error":
                 info["infra_error"] = info["eval"].get("error")
         info["duration_s"] = round(time.monotonic() - start, 4)
-        obs = truncate(clean_text(obs), self.config.observation_limit)
+        info["usage"] = self._count(obs)
         self._last_obs = obs
         # Absent rather than None: vector envs stack info values by type, and None breaks that.
         return obs, float(reward), terminated, truncated, {k: v for k, v in info.items() if v is not None}
+
+    def _measure(self, obs: str) -> dict[str, int]:
+        usage = {"observation_chars": len(obs)}
+        if self._tokenizer is not None:
+            usage["observation_tokens"] = len(self._tokenizer.encode(obs, add_special_tokens=False))
+        return usage
+
+    def _count(self, obs: str) -> dict[str, Any]:
+        """This observation's size and the episode's running totals (``info["usage"]``)."""
+        usage = self._measure(obs)
+        for key, value in usage.items():
+            self._usage[key] += value
+        self._usage["turns"] = self.turn
+        self._usage["wall_s"] = round(time.monotonic() - self._started, 3)
+        return {**usage, "episode": dict(self._usage)}
+
+    def _over_budget(self, obs: str) -> dict[str, Any] | None:
+        """The first budget this step's observation would end (turns, observation tokens, wall time), or None."""
+        c = self.config
+        if self.turn >= c.max_turns:
+            return {"reason": "turn_limit", "limit": c.max_turns, "used": self.turn,
+                    "message": f"turn limit of {c.max_turns} reached"}
+        if c.max_observation_tokens is not None:
+            used = self._usage["observation_tokens"] + self._measure(obs)["observation_tokens"]
+            if used >= c.max_observation_tokens:
+                return {"reason": "observation_token_budget", "limit": c.max_observation_tokens, "used": used,
+                        "message": f"observation token budget of {c.max_observation_tokens} reached ({used})"}
+        if c.max_wall_s is not None:
+            used = time.monotonic() - self._started
+            if used >= c.max_wall_s:
+                return {"reason": "wall_time_budget", "limit": c.max_wall_s, "used": round(used, 3),
+                        "message": f"wall-time budget of {c.max_wall_s:g}s reached ({used:.1f}s)"}
+        return None
 
     def _note_edit(self) -> str:
         """Record whether the repository's content changed (whatever tool did it, bash included); returns a
@@ -324,6 +382,19 @@ class RepoTaskEnv(gym.Env):
                 f"Tools:\n{tools}\n\nEach turn, {FORMAT_HINT}. You have {self.config.max_turns} turns. "
                 "Your changes are graded by running the project's tests, including tests you cannot see; "
                 "changes to test files are ignored. Call submit when you are done.")
+
+
+def _load_tokenizer(tokenizer: Any):
+    """``tokenizer`` itself, or the one in a local model folder (nothing downloaded)."""
+    if tokenizer is None or hasattr(tokenizer, "encode"):
+        return tokenizer
+    if isinstance(tokenizer, str):
+        from transformers import AutoTokenizer
+        try:
+            return AutoTokenizer.from_pretrained(tokenizer, local_files_only=True)
+        except OSError as exc:
+            raise ConfigError(f"no tokenizer in {tokenizer!r}: {exc}") from None
+    raise ConfigError(f"tokenizer must have encode() or be a model folder path, got {type(tokenizer).__name__}")
 
 
 def clean_text(text: str) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import envs.rewards.evaluate as evaluate
-from envs.errors import SandboxError
+from envs.errors import SandboxError, SandboxKilledByAgent
 from envs.repo_env import RepoTaskEnv
 from envs.rewards import INFRA_ERROR, RESOLVED, UNRESOLVED, grade, reward_of
 from envs.rewards.leaks import added_lines, find_leaks, inspect_sandbox
@@ -181,7 +181,7 @@ def test_the_report_path_and_nonce_are_not_in_the_environment_of_the_code_under_
     assert record.status == UNRESOLVED and record.tests[F2P] == "missing"
 
 
-def test_only_the_health_check_is_an_infra_error(tiny_task, factory):
+def test_infra_errors_are_the_health_check_and_a_sandbox_lost_from_outside(tiny_task, factory):
     def broken_python(inner, command, **kwargs):
         return inner.run("exit 1" if command.startswith("python -c") else command, **kwargs)
 
@@ -189,15 +189,24 @@ def test_only_the_health_check_is_an_infra_error(tiny_task, factory):
     assert record.status == INFRA_ERROR and math.isnan(reward_of(record)) and record.attempts == 2
     assert record.error["where"] == "rewards.health_check.interpreter"
 
-    def dies_in_the_test_run(inner, command, **kwargs):
+    def killed_from_inside(inner, command, **kwargs):
         if "-p repogym_report_" in command:
-            raise SandboxError("sandbox.test", "runner died during the tests")
+            raise SandboxKilledByAgent("sandbox.test", "runner died during the tests")
         return inner.run(command, **kwargs)
 
-    record = grade(tiny_task, tiny_task.patch, lambda: Proxy(factory(), run=dies_in_the_test_run))
+    record = grade(tiny_task, tiny_task.patch, lambda: Proxy(factory(), run=killed_from_inside))
     assert record.status == UNRESOLVED and reward_of(record) == 0.0 and record.attempts == 1
     assert record.error == {"where": "sandbox.test", "message": "runner died during the tests"}
     assert set(record.tests.values()) == {"missing"}
+
+    def lost_from_outside(inner, command, **kwargs):
+        if "-p repogym_report_" in command:
+            raise SandboxError("sandbox.test", "container exited")
+        return inner.run(command, **kwargs)
+
+    record = grade(tiny_task, tiny_task.patch, lambda: Proxy(factory(), run=lost_from_outside))
+    assert record.status == INFRA_ERROR and math.isnan(reward_of(record)) and record.attempts == 2
+    assert record.error == {"where": "sandbox.test", "message": "container exited"}
 
 
 @pytest.mark.slow

@@ -9,10 +9,12 @@ run the files that hold FAIL_TO_PASS and PASS_TO_PASS with the harness's report 
 
 Fails closed: a test passes only when that report says ``passed``; a test the report lacks (not collected,
 deselected, or the run left no report at all) is ``missing`` and failed, as are ``skipped``, ``error``,
-``xfailed``. The exit code of the test command decides nothing. Only the steps before the agent's patch
-(start, health check, base load) can end in ``infra_error`` (retried once); once the sandbox is healthy,
-anything that goes wrong (a hang past the timeout, a killed runner, no report) is ``unresolved``, with
-``error`` saying where, so a patch can never buy its way out of a 0 into an excluded episode.
+``xfailed``. The exit code of the test command decides nothing. ``infra_error`` (retried once) comes from
+the steps before the agent's patch (start, health check, base load) and, after them, only from a sandbox
+lost from outside (its container killed or frozen, the daemon gone: a :class:`SandboxError` the backend did
+not blame on the inside). Anything the patch's code can cause (a hang past the timeout, a runner killed
+from inside, no report) is ``unresolved``, with ``error`` saying where, so a patch can never buy its way
+out of a 0 into an excluded episode.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from envs.errors import InfraError
+from envs.errors import InfraError, SandboxError
 from envs.rewards.tamper import CONFIG_WITH_PYTEST_SECTION, filter_patch, is_tamper_path, pytest_section
 from envs.sandbox.base import Sandbox
 from envs.sandbox.testrun import run_tests
@@ -109,9 +111,12 @@ def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeou
             continue
         try:
             record = _grade_once(task, kept, list(dropped), sandbox, timeout)
+        except SandboxError as exc:  # lost from outside: an inside kill is SandboxKilledByAgent, a hang TestRunTimeout
+            last = exc
+            continue
         except Exception as exc:  # the sandbox was healthy; whatever broke now, the patch broke it
-            where = exc.where if isinstance(exc, InfraError) else "rewards.grade"
-            message = exc.message if isinstance(exc, InfraError) else f"{type(exc).__name__}: {exc}"
+            where = getattr(exc, "where", "rewards.grade")  # typed errors (InfraError, SandboxKilledByAgent) say where
+            message = getattr(exc, "message", f"{type(exc).__name__}: {exc}")
             record = _record(task, UNRESOLVED, dropped, {}, {"where": where, "message": message})
         finally:
             sandbox.close()

@@ -94,7 +94,13 @@ class DockerSandbox(RunnerClient):
         self._stream = stream
         self._frames = b""  # raw multiplexed bytes not yet parsed
         self._lines = b""   # the runner's stdout not yet split into lines
-        self.request("ping", wait=30)
+        try:
+            self.request("ping", wait=30)
+        except Exception as exc:  # nobody will hold this object: remove its container now
+            self.close()
+            if isinstance(exc, SandboxError):
+                raise
+            raise SandboxError("sandbox.docker.start", f"the runner in {self.name} did not start: {exc}") from exc
 
     # -- transport: docker multiplexes stdout/stderr in 8-byte-header frames ----------------------------
     def _send(self, data: bytes) -> None:

@@ -1,0 +1,597 @@
+"""Soak: N environments run scripted episodes for M minutes while a killer thread kills their sandboxes.
+
+Two phases in one run, so the latencies compare on the same machine: first one environment alone plays
+``idle_episodes`` scripted episodes (no kills: the idle latencies, and a healthy run that must show no
+``infra_error``); then ``n_envs`` threads, each owning one environment, play the same script for
+``minutes`` while a killer kills a random running sandbox of the soak every ``kill_every_s`` seconds
+(``docker kill`` of a container labelled with the soak's run id; for ``--backend local``, SIGKILL to a
+``bwrap`` child of this process). At the deadline in-flight episodes finish and every env is closed.
+
+The script (alternating per episode): a few ``bash`` probes, then the oracle (gold patch, submit) or the
+null agent (submit). Printed: episodes by status, infra_error rate, kills, reset / tool-step / submit
+latency p50 and p95 idle versus under load and their ratios, RSS before and after (and growth), and leaks
+after close: containers still labelled with the run id, descendant processes of this process,
+local-sandbox temp folders, and threads born during the load phase (threads a process keeps for life, such as
+the owner heartbeat, start in the idle phase). Exit status 1 when anything leaked or an invariant broke:
+
+- an episode is ``infra_error`` only if a kill could have caused it (docker: a kill of one of that env's
+  containers after the env's previous episode ended, i.e. the episode in flight or the next one; local:
+  a kill of any sandbox, as a ``bwrap`` names no env); hence none in the idle phase, and no more than kills;
+- the null agent never resolves; every oracle episode no kill could have reached resolves;
+- no episode raises anything but :class:`envs.errors.InfraError`, and no env thread hangs.
+
+Linux only (processes, RSS and descriptors are read from ``/proc``). Machines here are noisy: read ratios.
+Run: ``python benchmarks/soak.py [--envs 16] [--minutes 5] [--kill-every 5] [--backend docker] [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import json
+import math
+import os
+import random
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import gymnasium as gym  # noqa: E402
+
+from agents import make_agent  # noqa: E402
+from agents.oracle import OracleAgent  # noqa: E402
+from agents.rollout import run_episode  # noqa: E402
+from envs.errors import ConfigError, InfraError  # noqa: E402
+from envs.repo_env import EnvConfig, RepoTaskEnv  # noqa: E402
+from envs.sandbox import SandboxConfig  # noqa: E402
+from envs.tasks.schema import Task  # noqa: E402
+from envs.tasks.suites import find_task  # noqa: E402
+
+# One repository, so an env keeps its agent container across episodes (warm resets) and has one grading pool.
+DEFAULT_TASKS = ("repogym__tablekit-bool-column-alignment", "repogym__tablekit-center-odd-padding",
+                 "repogym__tablekit-wrap-exact-fit")
+PROBES = ("git status --short", "ls", "python -c 'import sys; print(sys.version_info[:2])'")
+ENV_LABEL = "repogym.soak.env"
+IDLE = -1
+"""The env index of the idle phase's environment."""
+
+
+# -- records ------------------------------------------------------------------------------------------
+@dataclass
+class Episode:
+    """One scripted episode (or a reset that failed before it could start)."""
+
+    env: int
+    phase: str
+    agent: str
+    task_id: str
+    start: float
+    end: float
+    status: str
+    """An eval status, ``infra_error`` (reset included), or ``crash`` (an exception other than InfraError)."""
+    turns: int = 0
+    reset_s: float | None = None
+    steps: list[tuple[str, float]] = field(default_factory=list)
+    """(tool, seconds) of every step, as the caller saw it."""
+    error: str | None = None
+    """Where the infra_error happened, or the crash's exception."""
+    grading_attempts: int = 0
+    blamed_on_agent: bool = False
+    """The env said the agent killed its own sandbox (``error: sandbox_killed``); no scripted step does."""
+    first: bool = False
+    """The env's first episode (a cold start: left out of the latency figures)."""
+
+    @property
+    def infra_error(self) -> bool:
+        return self.status == "infra_error"
+
+
+@dataclass
+class Kill:
+    t: float
+    target: str
+    env: int | None
+    """The env whose sandbox it was (None when the target names no env: local ``bwrap``)."""
+    ok: bool
+    error: str | None = None
+
+
+@dataclass
+class SoakReport:
+    """What a soak came to; :meth:`problems` lists the broken invariants."""
+
+    run_id: str
+    backend: str
+    n_envs: int
+    minutes: float
+    kill_every_s: float | None
+    episodes: list[Episode]
+    kills: list[Kill]
+    load_s: float
+    rss_before_mb: float
+    rss_after_mb: float
+    rss_peak_mb: float
+    fds_before: int
+    fds_after: int
+    leaked_containers: list[str]
+    leaked_processes: list[str]
+    leaked_threads: list[str]
+    leaked_dirs: list[str]
+    hung_envs: list[int]
+    close_errors: list[str]
+
+    def phase(self, name: str) -> list[Episode]:
+        return [e for e in self.episodes if e.phase == name]
+
+    @property
+    def kills_done(self) -> int:
+        return sum(k.ok for k in self.kills)
+
+    @property
+    def rss_growth_mb(self) -> float:
+        return self.rss_after_mb - self.rss_before_mb
+
+    @property
+    def infra_error_rate(self) -> float:
+        load = self.phase("load")
+        return sum(e.infra_error for e in load) / len(load) if load else float("nan")
+
+    def by_status(self, phase: str) -> dict[str, int]:
+        return dict(Counter(e.status for e in self.phase(phase)))
+
+    def reached(self) -> set[int]:
+        """Ids of the episodes a kill could have reached (see :func:`reachable`)."""
+        return reachable(self.episodes, self.kills)
+
+    def latency(self) -> dict[str, dict[str, float]]:
+        """p50/p95 seconds of resets, tool steps and submits, idle versus load, and the load/idle ratios."""
+        out = {}
+        for kind in ("reset", "tool step", "submit"):
+            row = {}
+            for phase in ("idle", "load"):
+                values = samples(self.phase(phase), kind)
+                row[f"{phase}_n"] = len(values)
+                row[f"{phase}_p50"], row[f"{phase}_p95"] = percentile(values, .5), percentile(values, .95)
+            row["p50_ratio"] = ratio(row["load_p50"], row["idle_p50"])
+            row["p95_ratio"] = ratio(row["load_p95"], row["idle_p95"])
+            out[kind] = row
+        return out
+
+    def problems(self) -> list[str]:
+        """Every leak and broken invariant, one line each (empty: the soak passed)."""
+        found = []
+        for what, items in (("leaked containers", self.leaked_containers),
+                            ("leaked processes", self.leaked_processes), ("leaked threads", self.leaked_threads),
+                            ("leaked sandbox folders", self.leaked_dirs), ("hung env threads", self.hung_envs),
+                            ("errors closing envs", self.close_errors)):
+            if items:
+                found.append(f"{what}: {len(items)} ({', '.join(map(str, items[:5]))})")
+        crashes = [e for e in self.episodes if e.status == "crash"]
+        if crashes:
+            found.append(f"episodes raised something other than InfraError: {len(crashes)} "
+                         f"(first: {crashes[0].error})")
+        load = self.phase("load")
+        if not load:
+            found.append("no episode finished under load")
+        idle_infra = [e for e in self.phase("idle") if e.infra_error]
+        if idle_infra:
+            found.append(f"infra_error without any kill (idle phase): {len(idle_infra)} ({idle_infra[0].error})")
+        reached = self.reached()
+        unexplained = [e for e in load if e.infra_error and id(e) not in reached]
+        if unexplained:
+            found.append(f"infra_error no kill could have caused: {len(unexplained)} (env {unexplained[0].env}, "
+                         f"{unexplained[0].error})")
+        if sum(e.infra_error for e in load) > self.kills_done:
+            found.append(f"more infra_error episodes ({sum(e.infra_error for e in load)}) than kills "
+                         f"({self.kills_done})")
+        blamed = [e for e in self.episodes if e.blamed_on_agent]
+        if blamed:
+            found.append(f"episodes blamed on the agent for a sandbox only the killer killed: {len(blamed)} "
+                         f"(env {blamed[0].env}, {blamed[0].task_id}: {blamed[0].status})")
+        null_resolved = [e for e in self.episodes if e.agent == "null" and e.status == "resolved"]
+        if null_resolved:
+            found.append(f"null-agent episodes resolved: {len(null_resolved)}")
+        missed = [e for e in self.episodes if e.agent == "oracle" and e.status not in ("resolved", "crash")
+                  and id(e) not in reached]
+        if missed:
+            found.append(f"oracle episodes no kill reached that did not resolve: {len(missed)} "
+                         f"({missed[0].task_id}: {missed[0].status}, {missed[0].error})")
+        return found
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems()
+
+    def to_dict(self) -> dict[str, Any]:
+        load = self.phase("load")
+        return {"run_id": self.run_id, "backend": self.backend, "n_envs": self.n_envs, "minutes": self.minutes,
+                "kill_every_s": self.kill_every_s, "episodes_load": len(load),
+                "episodes_per_min": 60 * len(load) / self.load_s if self.load_s else 0.0,
+                "by_status": {p: self.by_status(p) for p in ("idle", "load")},
+                "infra_error_rate": self.infra_error_rate, "kills_tried": len(self.kills),
+                "kills_done": self.kills_done, "reached_by_kill": len(self.reached() & {id(e) for e in load}),
+                "latency_s": self.latency(), "rss_before_mb": self.rss_before_mb, "rss_after_mb": self.rss_after_mb,
+                "rss_growth_mb": self.rss_growth_mb, "rss_peak_mb": self.rss_peak_mb,
+                "fds_before": self.fds_before, "fds_after": self.fds_after,
+                "leaked_containers": self.leaked_containers, "leaked_processes": self.leaked_processes,
+                "leaked_threads": self.leaked_threads, "leaked_dirs": self.leaked_dirs,
+                "hung_envs": self.hung_envs, "close_errors": self.close_errors, "problems": self.problems(),
+                "kills": [dataclasses.asdict(k) for k in self.kills],
+                "notable_episodes": [dataclasses.asdict(e) | {"reached_by_kill": id(e) in self.reached()}
+                                     for e in self.episodes if e.status not in ("resolved", "unresolved")
+                                     or e.blamed_on_agent or (e.agent == "oracle" and e.status != "resolved")]}
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile of ``values`` (NaN when empty)."""
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b and not (math.isnan(a) or math.isnan(b)) else float("nan")
+
+
+def samples(episodes: list[Episode], kind: str) -> list[float]:
+    """Seconds of ``kind`` (``reset``, ``tool step``, ``submit``) over warm episodes that met no infra_error."""
+    warm = [e for e in episodes if not e.first and not e.infra_error and e.status != "crash"]
+    if kind == "reset":
+        return [e.reset_s for e in warm if e.reset_s is not None]
+    want_submit = kind == "submit"
+    return [s for e in warm for tool, s in e.steps if (tool == "submit") == want_submit]
+
+
+def reachable(episodes: list[Episode], kills: list[Kill]) -> set[int]:
+    """Ids of the episodes a kill could have reached.
+
+    A kill at ``t`` of an env's sandbox can reach the first two of that env's episodes that end after ``t``:
+    the one in flight (its agent or grading container died) and the next (its reset finds the agent
+    container dead, or its grading is handed the dead warm container; both are retried once). A kill
+    naming no env reaches those episodes of every env.
+    """
+    by_env: dict[int, list[Episode]] = {}
+    for e in sorted(episodes, key=lambda e: e.end):
+        by_env.setdefault(e.env, []).append(e)
+    hit: set[int] = set()
+    for kill in (k for k in kills if k.ok):
+        for env, eps in by_env.items():
+            if kill.env is None or kill.env == env:
+                hit.update(id(e) for e in [e for e in eps if e.end >= kill.t][:2])
+    return hit
+
+
+def _proc_table() -> dict[int, tuple[int, str, str]]:
+    """pid -> (ppid, name, state) of every process, from /proc."""
+    table = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            text = Path(stat).read_text()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1:text.rindex(")")]
+        state, ppid = text[text.rindex(")") + 2:].split()[:2]
+        table[int(stat.split("/")[2])] = (int(ppid), name, state)
+    return table
+
+
+def descendants() -> dict[int, str]:
+    """pid -> ``name (state)`` of every live descendant of this process (zombies included: nobody waited)."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = {}, list(children.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        found[pid] = f"{table[pid][1]} ({table[pid][2]})"
+        todo += children.get(pid, [])
+    return found
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _sandbox_dirs() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "repogym-local-*")))
+
+
+def _bash(command: str) -> str:
+    return json.dumps({"name": "bash", "arguments": {"command": command}})
+
+
+# -- the scripted episode -----------------------------------------------------------------------------
+class Scripted:
+    """A few bash probes, then the inner agent (the oracle: gold patch and submit; null: submit)."""
+
+    def __init__(self, inner, probes: tuple[str, ...] = PROBES):
+        self.inner, self.probes = inner, probes
+        self._queue: list[str] = []
+
+    def reset(self, observation: str, info: dict[str, Any]) -> None:
+        self._queue = [_bash(p) for p in self.probes]
+        self.inner.reset(observation, info)
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        return self._queue.pop(0) if self._queue else self.inner.act(observation, info)
+
+
+class Timed(gym.Wrapper):
+    """Records the wall time of ``reset`` and of every ``step`` (with its tool) as the caller sees it."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.reset_s: float | None = None
+        self.steps: list[tuple[str, float]] = []
+
+    def reset(self, *, seed=None, options=None):
+        self.reset_s, self.steps = None, []
+        start = time.perf_counter()
+        out = self.env.reset(seed=seed, options=options)
+        self.reset_s = time.perf_counter() - start
+        return out
+
+    def step(self, action):
+        start = time.perf_counter()
+        out = self.env.step(action)
+        if "infra_error" not in out[4]:
+            self.steps.append((out[4].get("tool") or "?", time.perf_counter() - start))
+        return out
+
+
+def play(env: Timed, agents: dict[str, Any], tasks: list[Task], index: int, j: int, seed: int,
+         phase: str) -> Episode:
+    """Episode ``j`` of env ``index``: agents alternate, tasks rotate, envs start at different points."""
+    agent_name = ("oracle", "null")[(index + j) % 2]
+    task = tasks[(index + j // 2) % len(tasks)]
+    start = time.monotonic()
+    episode = Episode(index, phase, agent_name, task.instance_id, start, start, "crash", first=j == 0)
+    try:
+        result = run_episode(env, agents[agent_name], task_id=task.instance_id, seed=seed + j, agent_name=agent_name)
+        episode.status = "infra_error" if result.infra_error else result.status
+        episode.turns, episode.grading_attempts = result.turns, result.eval.get("attempts", 0)
+        episode.blamed_on_agent = result.info.get("error") == "sandbox_killed"
+        if result.infra_error:
+            error = result.info.get("infra_error") or result.eval.get("error") or {}
+            episode.error = error.get("where")
+    except InfraError as exc:  # reset could not bring a sandbox up: no episode started
+        episode.status, episode.error = "infra_error", f"reset: {exc.where}"
+    except Exception as exc:  # a library bug the soak exposed: keep where it was raised
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        episode.error = f"{type(exc).__name__}: {exc} (at {Path(frame.filename).name}:{frame.lineno})"
+    episode.end, episode.reset_s, episode.steps = time.monotonic(), env.reset_s, list(env.steps)
+    return episode
+
+
+# -- the soak -----------------------------------------------------------------------------------------
+def soak(n_envs: int = 16, minutes: float = 5.0, kill_every_s: float | None = 5.0, backend: str = "docker",
+         seed: int = 0, tasks: list[str | Task] | None = None, idle_episodes: int = 8,
+         log: Callable[[str], Any] | None = None) -> SoakReport:
+    """Run the soak described in the module docstring; ``kill_every_s`` None or 0: no kills."""
+    if n_envs < 1:
+        raise ConfigError(f"n_envs must be >= 1, got {n_envs}")
+    if minutes <= 0:
+        raise ConfigError(f"minutes must be > 0, got {minutes}")
+    if idle_episodes < 2:
+        raise ConfigError(f"idle_episodes must be >= 2 (the first is a cold start), got {idle_episodes}")
+    if backend not in ("docker", "local"):
+        raise ConfigError(f"backend must be 'docker' or 'local', got {backend!r}")
+    log = log or (lambda _: None)
+    task_list = [t if isinstance(t, Task) else find_task(t) for t in (tasks or DEFAULT_TASKS)]
+    run_id = f"soak-{uuid.uuid4().hex[:8]}"
+    rng = random.Random(seed)
+    procs_before, dirs_before = set(descendants()), _sandbox_dirs()
+    close_errors: list[str] = []
+
+    def make_env(index: int) -> Timed:
+        config = EnvConfig(sandbox=backend, sandbox_config=SandboxConfig(run_id=run_id, labels={ENV_LABEL: str(index)}))
+        return Timed(RepoTaskEnv(tasks=task_list, config=config))
+
+    def agents() -> dict[str, Any]:
+        return {"oracle": Scripted(OracleAgent(tasks=task_list)), "null": Scripted(make_agent("null"))}
+
+    def close(env: Timed, index: int) -> None:
+        try:
+            env.close()
+        except Exception as exc:
+            close_errors.append(f"env {index}: {type(exc).__name__}: {exc}")
+
+    log(f"{run_id}: idle phase, 1 env, {idle_episodes} episodes ...")
+    episodes: list[Episode] = []
+    env, mine = make_env(IDLE), agents()
+    try:
+        for j in range(idle_episodes):
+            episodes.append(play(env, mine, task_list, IDLE, j, seed, "idle"))
+    finally:
+        close(env, IDLE)
+
+    rss_before, fds_before = rss_mb(), open_fds()
+    # After the idle phase, so threads a process keeps for its lifetime (the owner heartbeat) are not leaks.
+    threads_before = set(threading.enumerate())
+    peak = [rss_before]
+    log(f"{run_id}: load phase, {n_envs} envs for {minutes:g} min, "
+        f"{f'a kill every {kill_every_s:g} s' if kill_every_s else 'no kills'} ...")
+    start = time.monotonic()
+    deadline = start + minutes * 60
+    stop = threading.Event()
+
+    def env_loop(index: int) -> None:
+        env, mine = make_env(index), agents()
+        try:
+            j = 0
+            while time.monotonic() < deadline:
+                episodes.append(play(env, mine, task_list, index, j, seed + 1000 * (index + 1), "load"))
+                j += 1
+        finally:
+            close(env, index)
+
+    kills: list[Kill] = []
+
+    def monitor() -> None:
+        next_kill = start + kill_every_s if kill_every_s else math.inf
+        while not stop.wait(0.5):
+            peak[0] = max(peak[0], rss_mb())
+            now = time.monotonic()
+            if now >= next_kill and now < deadline:
+                kills.append(kill_one(backend, run_id, rng))
+                next_kill += kill_every_s
+
+    threads = [threading.Thread(target=env_loop, args=(i,), name=f"soak-env-{i}", daemon=True) for i in range(n_envs)]
+    watcher = threading.Thread(target=monitor, name="soak-monitor", daemon=True)
+    watcher.start()
+    for thread in threads:
+        thread.start()
+    drain = deadline + 300  # in-flight episodes finish (grading can be slow on a loaded machine) and envs close
+    for thread in threads:
+        thread.join(timeout=max(0.0, drain - time.monotonic()))
+    load_s = time.monotonic() - start
+    stop.set()
+    watcher.join(timeout=10)
+    hung = [int(t.name.rsplit("-", 1)[1]) for t in threads if t.is_alive()]
+
+    leftovers = _containers(run_id) if backend == "docker" else []
+    killed = {k.target for k in kills if k.ok}
+    leaked_containers = sorted(f"{c.name} ({c.status}{', killed by the soak' if c.name in killed else ''})"
+                               for c in leftovers)
+    time.sleep(0.2)  # a process killed by close() is reaped by now; anything left was not waited for
+    leaked_processes = [f"{pid} {what}" for pid, what in descendants().items() if pid not in procs_before]
+    leaked_threads = sorted(t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()
+                            and t not in threads)
+    leaked_dirs = sorted(_sandbox_dirs() - dirs_before)
+    report = SoakReport(run_id, backend, n_envs, minutes, kill_every_s or None, episodes, kills, load_s,
+                        rss_before, rss_mb(), max(peak[0], rss_mb()), fds_before, open_fds(), leaked_containers,
+                        leaked_processes, leaked_threads, leaked_dirs, hung, close_errors)
+    for container in leftovers:  # counted above; do not leave them on the machine
+        try:
+            container.remove(force=True)
+        except Exception:
+            pass
+    return report
+
+
+def kill_one(backend: str, run_id: str, rng: random.Random) -> Kill:
+    """Kill a random running sandbox of the run: a container (docker) or a ``bwrap`` child (local)."""
+    now = time.monotonic()
+    try:
+        if backend == "docker":
+            from envs.sandbox.docker import LABEL, docker_client
+            running = docker_client().containers.list(filters={"label": f"{LABEL}.run={run_id}", "status": "running"},
+                                                     ignore_removed=True)
+            if not running:
+                return Kill(now, "-", None, False, "no running container")
+            target = rng.choice(sorted(running, key=lambda c: c.name))
+            env = target.labels.get(ENV_LABEL)
+            target.kill()
+            return Kill(now, target.name, int(env) if env is not None else None, True)
+        table = _proc_table()
+        boxes = sorted(pid for pid, (ppid, name, _) in table.items() if ppid == os.getpid() and name == "bwrap")
+        if not boxes:
+            return Kill(now, "-", None, False, "no bwrap child")
+        pid = rng.choice(boxes)
+        os.kill(pid, signal.SIGKILL)
+        return Kill(now, f"bwrap {pid}", None, True)
+    except Exception as exc:  # it exited or was removed between listing and kill
+        return Kill(now, "-", None, False, f"{type(exc).__name__}: {exc}")
+
+
+def _containers(run_id: str) -> list:
+    """Every container labelled with the run id, stopped ones included (a killed one stays until removed)."""
+    from envs.sandbox.docker import LABEL, docker_client
+    return docker_client().containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"}, ignore_removed=True)
+
+
+# -- report -------------------------------------------------------------------------------------------
+def _ms(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x * 1e3:.0f}"
+
+
+def _x(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.2f}x"
+
+
+def render(report: SoakReport) -> str:
+    load, idle = report.phase("load"), report.phase("idle")
+    reached = report.reached()
+    lines = [f"soak {report.run_id}: {report.n_envs} envs x {report.minutes:g} min, {report.backend} backend, "
+             f"{f'kill every {report.kill_every_s:g} s' if report.kill_every_s else 'no kills'}"]
+    lines.append(f"{'episodes':<40}{'idle':>8}{'load':>8}")
+
+    def row(name: str, f: Callable[[list[Episode]], Any]) -> None:
+        lines.append(f"{name:<40}{f(idle)!s:>8}{f(load)!s:>8}")
+    row("  done", len)
+    for status in sorted({e.status for e in report.episodes}):
+        row(f"  {status}", lambda es, s=status: sum(e.status == s for e in es))
+    row("  oracle resolved / oracle", lambda es: f"{sum(e.status == 'resolved' for e in es if e.agent == 'oracle')}/"
+                                               f"{sum(e.agent == 'oracle' for e in es)}")
+    row("  null resolved / null", lambda es: f"{sum(e.status == 'resolved' for e in es if e.agent == 'null')}/"
+                                           f"{sum(e.agent == 'null' for e in es)}")
+    row("  reached by a kill", lambda es: sum(id(e) in reached for e in es))
+    row("  blamed on the agent (sandbox_killed)", lambda es: sum(e.blamed_on_agent for e in es))
+    row("  grading retried (attempts > 1)", lambda es: sum(e.grading_attempts > 1 for e in es))
+    infra = [e for e in load if e.infra_error]
+    lines.append(f"episodes/min under load: {60 * len(load) / report.load_s:.1f}   "
+                 f"infra_error rate: {report.infra_error_rate:.1%} ({len(infra)} of {len(load)})   "
+                 f"kills: {report.kills_done} done of {len(report.kills)} tried")
+    if infra:
+        where = Counter(e.error for e in infra).most_common()
+        lines.append("  infra_error where: " + ", ".join(f"{w} x{n}" for w, n in where))
+    lines.append(f"{'latency (ms)':<16}{'n idle':>7}{'n load':>7}{'idle p50':>9}{'idle p95':>9}{'load p50':>9}"
+                 f"{'load p95':>9}{'p50 x':>8}{'p95 x':>8}")
+    for kind, r in report.latency().items():
+        lines.append(f"{kind:<16}{r['idle_n']:>7}{r['load_n']:>7}{_ms(r['idle_p50']):>9}{_ms(r['idle_p95']):>9}"
+                     f"{_ms(r['load_p50']):>9}{_ms(r['load_p95']):>9}{_x(r['p50_ratio']):>8}{_x(r['p95_ratio']):>8}")
+    per100 = 100 * report.rss_growth_mb / len(load) if load else float("nan")
+    lines.append(f"memory: RSS {report.rss_before_mb:.1f} MB -> {report.rss_after_mb:.1f} MB "
+                 f"({report.rss_growth_mb:+.1f} MB, {per100:+.2f} MB per 100 episodes), "
+                 f"peak {report.rss_peak_mb:.1f} MB; "
+                 f"open fds {report.fds_before} -> {report.fds_after}")
+    lines.append(f"leaks after close: containers {len(report.leaked_containers)}, processes "
+                 f"{len(report.leaked_processes)}, threads {len(report.leaked_threads)}, sandbox folders "
+                 f"{len(report.leaked_dirs)}")
+    problems = report.problems()
+    lines.append("invariants: OK" if not problems else "PROBLEMS:\n" + "\n".join(f"  - {p}" for p in problems))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", type=int, default=16, help="concurrent environments (default 16)")
+    parser.add_argument("--minutes", type=float, default=5.0, help="length of the load phase (default 5)")
+    parser.add_argument("--kill-every", type=float, default=5.0, help="seconds between kills; 0: none (default 5)")
+    parser.add_argument("--backend", choices=("docker", "local"), default="docker")
+    parser.add_argument("--idle-episodes", type=int, default=8, help="episodes of the idle phase (default 8)")
+    parser.add_argument("--task", action="append", help="task id (repeatable; default: three tablekit tasks)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="also print the numbers as JSON")
+    args = parser.parse_args(argv)
+    report = soak(args.envs, args.minutes, args.kill_every or None, args.backend, args.seed, args.task,
+                  args.idle_episodes, log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(render(report))
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, default=str))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""The soak benchmark: its attribution and invariant checks (fast), and a short real soak with kills (docker)."""
+
+import math
+
+import pytest
+
+from benchmarks.soak import IDLE, Episode, Kill, SoakReport, percentile, reachable, render, samples, soak
+from tests.conftest import require_backend
+
+
+def _episode(env=0, start=0.0, end=1.0, status="resolved", agent="oracle", phase="load", first=False, **kw):
+    return Episode(env, phase, agent, "t", start, end, status, turns=2, reset_s=0.01,
+                   steps=[("bash", 0.02), ("submit", 0.5)], first=first, **kw)
+
+
+def _report(episodes, kills=(), **kw):
+    fields = dict(run_id="soak-x", backend="docker", n_envs=2, minutes=1.0, kill_every_s=5.0, episodes=list(episodes),
+                  kills=list(kills), load_s=60.0, rss_before_mb=100.0, rss_after_mb=101.0, rss_peak_mb=102.0,
+                  fds_before=20, fds_after=20, leaked_containers=[], leaked_processes=[], leaked_threads=[],
+                  leaked_dirs=[], hung_envs=[], close_errors=[])
+    fields.update(kw)
+    return SoakReport(**fields)
+
+
+def test_percentile_is_nearest_rank_and_nan_when_empty():
+    assert math.isnan(percentile([], 0.5))
+    assert percentile([3.0], 0.95) == 3.0
+    assert percentile([5, 1, 4, 2, 3], 0.5) == 3
+    assert percentile(list(range(1, 101)), 0.95) == 95
+
+
+def test_a_kill_reaches_the_episode_in_flight_and_the_next_of_its_env_only():
+    env0 = [_episode(0, 0, 4), _episode(0, 4, 8), _episode(0, 8, 12), _episode(0, 12, 16)]
+    env1 = [_episode(1, 0, 6), _episode(1, 6, 12)]
+    hit = reachable(env0 + env1, [Kill(5.0, "repogym-soak-x-1", 0, True)])
+    assert hit == {id(env0[1]), id(env0[2])}
+    # A kill that names no env (a local bwrap) reaches every env; a failed kill reaches nothing.
+    hit = reachable(env0 + env1, [Kill(11.0, "bwrap 1", None, True), Kill(1.0, "-", 0, False, "gone")])
+    assert hit == {id(env0[2]), id(env0[3]), id(env1[1])}
+
+
+def test_latency_samples_leave_out_cold_starts_and_infra_errors():
+    eps = [_episode(first=True), _episode(), _episode(status="infra_error")]
+    assert samples(eps, "tool step") == [0.02]
+    assert samples(eps, "submit") == [0.5]
+    assert samples(eps, "reset") == [0.01]
+
+
+def test_a_clean_report_has_no_problems_and_renders():
+    eps = [_episode(IDLE, 0, 1, phase="idle", first=True), _episode(IDLE, 1, 2, phase="idle", agent="null",
+                                                                    status="unresolved"),
+           _episode(0, 3, 5), _episode(0, 5, 7, status="infra_error", error="sandbox.docker.run"),
+           _episode(1, 3, 6, agent="null", status="unresolved")]
+    report = _report(eps, [Kill(6.0, "repogym-soak-x-ab", 0, True)])
+    assert report.problems() == []
+    assert report.latency()["submit"]["load_n"] == 2
+    text = render(report)
+    assert "invariants: OK" in text and "infra_error rate: 33.3%" in text
+
+
+@pytest.mark.parametrize("change, expected", [
+    (dict(leaked_containers=["repogym-soak-x-1 (exited)"]), "leaked containers: 1"),
+    (dict(leaked_processes=["123 bwrap (Z)"]), "leaked processes: 1"),
+    (dict(hung_envs=[3]), "hung env threads"),
+])
+def test_leaks_are_problems(change, expected):
+    report = _report([_episode()], **change)
+    assert any(expected in p for p in report.problems())
+
+
+@pytest.mark.parametrize("episodes, kills, expected", [
+    ([_episode(0, 0, 2, status="infra_error")], [Kill(5.0, "c", 0, True)], "no kill could have caused"),
+    ([_episode(0, 0, 2, status="infra_error")], [Kill(1.0, "c", 1, True)], "no kill could have caused"),
+    ([_episode(IDLE, 0, 2, phase="idle", status="infra_error"), _episode()], [], "without any kill"),
+    ([_episode(agent="null", status="resolved")], [], "null-agent episodes resolved"),
+    ([_episode(status="unresolved")], [], "did not resolve"),
+    ([_episode(status="crash", error="KeyError: 'x'")], [], "other than InfraError"),
+    ([_episode(status="unresolved", blamed_on_agent=True)], [Kill(0.5, "c", 0, True)], "blamed on the agent"),
+    ([], [], "no episode finished under load"),
+])
+def test_broken_invariants_are_problems(episodes, kills, expected):
+    problems = _report(episodes, kills).problems()
+    assert any(expected in p for p in problems), problems
+
+
+def test_an_oracle_episode_a_kill_reached_may_fail_to_resolve():
+    report = _report([_episode(0, 0, 2, status="unresolved")], [Kill(1.0, "c", 0, True)])
+    assert report.problems() == []
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_short_soak_with_kills_leaks_nothing_and_keeps_the_invariants():
+    require_backend("docker")
+    from envs.sandbox.images import base_image_exists
+    if not base_image_exists():
+        pytest.fail("base image missing: run `repogym images build`")
+    report = soak(n_envs=4, minutes=0.6, kill_every_s=4.0, backend="docker", seed=0, idle_episodes=4)
+    print(render(report))
+    load, idle = report.phase("load"), report.phase("idle")
+    assert report.leaked_containers == [] and report.leaked_processes == [] and report.leaked_threads == []
+    assert report.hung_envs == [] and report.close_errors == []
+    assert len(load) >= 8 and report.kills_done >= 4
+    assert all(k.target.startswith(f"repogym-{report.run_id}-") for k in report.kills if k.ok)
+    reached = report.reached()
+    assert reached & {id(e) for e in load}, "no kill reached an episode: the kill attribution is broken"
+    # The idle phase is a healthy run: nothing excluded, every oracle episode resolved.
+    assert not any(e.infra_error for e in idle)
+    assert all(e.status == "resolved" for e in idle if e.agent == "oracle")
+    assert sum(e.infra_error for e in load) <= report.kills_done
+    assert all(id(e) in reached for e in report.episodes if e.infra_error)
+    assert not any(e.status == "resolved" for e in report.episodes if e.agent == "null")
+    assert all(e.status == "resolved" for e in report.episodes if e.agent == "oracle" and id(e) not in reached)
+    assert not any(e.status == "crash" or e.blamed_on_agent for e in report.episodes)
+    assert report.problems() == []
