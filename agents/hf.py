@@ -17,6 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.context import ContextOverflow, answer, make_context_policy
 from agents.policy import Completion, Engine, SamplingParams
 from envs.actions import parse_action
 from envs.errors import ConfigError
@@ -146,17 +147,22 @@ class ChatFormat:
 
 @dataclass
 class TokenTrace:
-    """The token record of one turn: what was fed since the last turn, what was generated."""
+    """The token record of one turn: what was fed since the last turn (or, when the context policy rebuilt the
+    prompt, the whole prompt: ``new_context``), what was generated."""
 
     prompt: list[int]
     completion: list[int]
     logprobs: list[float]
     finish_reason: str
     version: int
+    new_context: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"prompt": self.prompt, "completion": self.completion, "logprobs": self.logprobs,
-                "finish_reason": self.finish_reason, "version": self.version}
+        record = {"prompt": self.prompt, "completion": self.completion, "logprobs": self.logprobs,
+                  "finish_reason": self.finish_reason, "version": self.version}
+        if self.new_context:
+            record["new_context"] = True
+        return record
 
 
 @dataclass
@@ -171,6 +177,10 @@ class HFAgentConfig:
     """Tool schemas put in the prompt (None = every tool the env offers; [] = none)."""
     seed: int | None = None
     """Base seed: turn t of an episode reset with seed s samples with seed base + 1000*s + t."""
+    context: Any = "full"
+    """Context policy (:mod:`agents.context`): ``full``, ``window``, ``summary``, or ``{"name": ..., options}``."""
+    max_context_tokens: int | None = None
+    """The model's context (None: its ``max_position_embeddings``); ``full`` raises past it."""
 
 
 @dataclass
@@ -183,11 +193,14 @@ class HFAgent:
 
     def __post_init__(self):
         self.format: ChatFormat | None = None
+        self.context = make_context_policy(self.config.context)
         self.ids: list[int] = []
-        self.mask: list[int] = []
+        """The ids of the current context: the last prompt and its completion."""
+        self.history: list[dict[str, Any]] = []
+        """The whole conversation; assistant messages also hold their exact generated ``ids``."""
         self.traces: list[TokenTrace] = []
-        self._pending: list[int] = []
-        self._last: Completion | None = None
+        self._view: dict[str, Any] = {}
+        self._pieces: dict[tuple, list[int]] = {}  # encoded observation pieces, by (finish, text)
         self._episode_seed = 0
 
     @classmethod
@@ -203,26 +216,89 @@ class HFAgent:
         if self.config.tools is not None:
             tools = [t for t in tools or [] if t["function"]["name"] in self.config.tools]
         self.format = ChatFormat(self.tokenizer, self.config.system_prompt, tools or None)
-        self.ids, self.mask, self.traces, self._last = [], [], [], None
-        self._pending = self.format.first_prompt(observation)
+        self.context.reset()
+        self.ids, self.traces, self._pieces = [], [], {}
+        self.history = [{"role": "system", "content": self.config.system_prompt},
+                        {"role": "user", "content": observation}]
         self._episode_seed = int(info.get("seed") or 0)
 
+    @property
+    def mask(self) -> list[int]:
+        """Loss mask of :attr:`ids` (1 on generated tokens)."""
+        out: list[int] = []
+        for trace in self._current_traces():
+            out += [0] * len(trace.prompt) + [1] * len(trace.completion)
+        return out
+
+    def _current_traces(self) -> list[TokenTrace]:
+        start = max((i for i, t in enumerate(self.traces) if t.new_context), default=0)
+        return self.traces[start:]
+
     def act(self, observation: str, info: dict[str, Any]) -> str:
-        if self._last is not None:  # the observation answers the previous turn
-            self._pending = self.format.next_prompt(self._last, observation)
-        self.ids += self._pending
-        self.mask += [0] * len(self._pending)
+        if len(self.history) > 2 and self.history[-1]["role"] == "assistant":  # the observation answers it
+            self.history.append(answer(self.history[-1], observation))
+        view = self.context.view(self.history, summarize=self._summarize)
+        self._view = view.record
+        prompt = self.render(view.messages)
+        limit = self._context_limit()
+        if limit and len(prompt) >= limit and self.context.name == "full":
+            raise ContextOverflow(len(prompt), limit)
+        extends = self.traces and prompt[:len(self.ids)] == self.ids
+        fed = prompt[len(self.ids):] if extends else prompt
         c = self.config
         seed = None if c.seed is None else c.seed + 1000 * self._episode_seed + len(self.traces)
         params = SamplingParams(c.temperature, c.max_new_tokens, c.top_p, self.format.stop_token_ids, seed)
-        completion = self.engine.generate([list(self.ids)], params)[0]
-        self.ids += completion.ids
-        self.mask += [1] * len(completion.ids)
-        self.traces.append(TokenTrace(self._pending, completion.ids, completion.logprobs,
-                                      completion.finish_reason, int(getattr(self.engine, "version", 0))))
-        self._last, self._pending = completion, []
-        return self.format.content(completion.ids)
+        completion = self.engine.generate([prompt], params)[0]
+        self.ids = prompt + completion.ids
+        self.traces.append(TokenTrace(fed, completion.ids, completion.logprobs, completion.finish_reason,
+                                      int(getattr(self.engine, "version", 0)), new_context=bool(self.traces) and not extends))
+        text = self.format.content(completion.ids)
+        self.history.append({"role": "assistant", "content": text, "ids": completion.ids,
+                             "finish_reason": completion.finish_reason})
+        return text
+
+    def render(self, messages: list[dict[str, Any]]) -> list[int]:
+        """The ids of a prompt: the first turn as the template renders it (messages before the first action
+        folded into the task), then each action's exact generated ids and the encoded answer to it (messages
+        between two actions, a summary request say, folded into one answer)."""
+        i, lead = 1, []
+        while i < len(messages) and messages[i]["role"] != "assistant":
+            lead.append(str(messages[i]["content"]))
+            i += 1
+        ids = self.format.first_prompt("\n\n".join(lead))
+        while i < len(messages):
+            action, i, answers = messages[i], i + 1, []
+            while i < len(messages) and messages[i]["role"] != "assistant":
+                answers.append(str(messages[i]["content"]))
+                i += 1
+            ids += action["ids"]
+            if answers:
+                ids += self._answer_ids(action, "\n\n".join(answers))
+        return ids
+
+    def _answer_ids(self, action: dict[str, Any], text: str) -> list[int]:
+        key = (action.get("finish_reason"), tuple(action["ids"][-1:]), text)
+        if key not in self._pieces:
+            done = Completion(action["ids"], [], action.get("finish_reason", "stop"))
+            self._pieces[key] = self.format.next_prompt(done, text)
+        return self._pieces[key]
+
+    def _summarize(self, messages: list[dict[str, Any]]) -> str:
+        """The model's summary for the ``summary`` context policy (not trained on: it is context, not an action)."""
+        c = self.config
+        seed = None if c.seed is None else c.seed + 1000 * self._episode_seed + 500 + len(self.traces)
+        params = SamplingParams(c.temperature, c.max_new_tokens, c.top_p, self.format.stop_token_ids, seed)
+        return self.format.content(self.engine.generate([self.render(messages)], params)[0].ids)
+
+    def _context_limit(self) -> int | None:
+        if self.config.max_context_tokens:
+            return self.config.max_context_tokens
+        model = getattr(self.engine, "model", None)
+        return getattr(getattr(model, "config", None), "max_position_embeddings", None)
 
     def turn_record(self) -> dict[str, Any] | None:
-        """The last turn's tokens, for the trajectory."""
-        return {"tokens": self.traces[-1].to_dict()} if self.traces else None
+        """The last turn's tokens and what the context policy did, for the trajectory."""
+        if not self.traces:
+            return None
+        message = {k: v for k, v in self.history[-1].items() if k != "ids"}
+        return {"tokens": self.traces[-1].to_dict(), "context": self._view, "message": message}

@@ -24,6 +24,7 @@ import urllib.request
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable
 
+from agents.context import answer, make_context_policy
 from envs.errors import ConfigError, InfraError
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -65,6 +66,8 @@ class LLMConfig:
     """The first message of every conversation."""
     extra_body: dict[str, Any] = field(default_factory=dict)
     """Merged into every request body last (so it wins), e.g. vLLM's ``top_k`` or ``repetition_penalty``."""
+    context: Any = "full"
+    """Context policy (:mod:`agents.context`): ``full``, ``window``, ``summary``, or ``{"name": ..., options}``."""
 
     def __post_init__(self):
         if not isinstance(self.base_url, str) or not self.base_url.startswith(("http://", "https://")):
@@ -121,6 +124,8 @@ class LLMAgent:
         self.messages: list[dict[str, Any]] = []
         self.tools: list[dict] | None = None
         self.usage = _zero_usage()
+        self.context = make_context_policy(self.config.context)
+        self._view: dict[str, Any] = {}
         self._last: dict[str, Any] = {"usage": {k: 0 for k in _USAGE_KEYS}, "latency_s": 0.0, "retries": 0}
         # What the next observation answers: a tool call id, "text" (a plain answer), or None (nothing yet).
         self._awaiting: str | None = None
@@ -133,6 +138,7 @@ class LLMAgent:
         self.messages = [{"role": "system", "content": self.config.system_prompt},
                          {"role": "user", "content": observation}]
         self.usage = _zero_usage()
+        self.context.reset()
         self._last = {"usage": {k: 0 for k in _USAGE_KEYS}, "latency_s": 0.0, "retries": 0}
         self._awaiting = None
         self._started = True
@@ -142,17 +148,23 @@ class LLMAgent:
         if not self._started:
             raise RuntimeError("LLMAgent.act before reset(): call reset(observation, info) first")
         # The first act sees reset's observation again; it is already the user message.
-        if self._awaiting == "text":
-            self.messages.append({"role": "user", "content": observation})
-        elif self._awaiting is not None:
-            self.messages.append({"role": "tool", "tool_call_id": self._awaiting, "content": observation})
-        message = self._complete()
+        if self._awaiting is not None:
+            self.messages.append(answer(self.messages[-1], observation))
+        view = self.context.view(self.messages, summarize=self._summarize)
+        self._view = view.record
+        message = self._complete(view.messages)
         return self._record(message)
+
+    def _summarize(self, messages: list[dict[str, Any]]) -> str:
+        """The model's summary for the ``summary`` context policy (a request without tools)."""
+        reply = self._complete(messages, tools=False)
+        return reply.get("content") if isinstance(reply.get("content"), str) else ""
 
     def turn_record(self) -> dict[str, Any]:
         """Usage, latency (seconds, retries and backoff included) and retries of the last request."""
         return {"usage": dict(self._last["usage"]), "latency_s": self._last["latency_s"],
-                "retries": self._last["retries"]}
+                "retries": self._last["retries"], "context": self._view,
+                "message": self.messages[-1] if self.messages and self.messages[-1]["role"] == "assistant" else None}
 
     # -- the conversation ------------------------------------------------------------------------------
     def _record(self, message: dict[str, Any]) -> str:
@@ -178,19 +190,19 @@ class LLMAgent:
         return json.dumps({"name": name, "arguments": _arguments(raw)})
 
     # -- HTTP ------------------------------------------------------------------------------------------
-    def _body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.config.model, "messages": self.messages,
+    def _body(self, messages: list[dict[str, Any]], tools: bool = True) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.config.model, "messages": messages,
                                 "temperature": self.config.temperature, "max_tokens": self.config.max_tokens}
-        if self.tools:  # tool_choice without tools is a 400 on OpenAI's API
+        if self.tools and tools:  # tool_choice without tools is a 400 on OpenAI's API
             body["tools"] = self.tools
             body["tool_choice"] = "auto"
         body.update(self.config.extra_body)
         return body
 
-    def _complete(self) -> dict[str, Any]:
-        """POST the conversation, retrying server-side failures; the first choice's message."""
+    def _complete(self, messages: list[dict[str, Any]], tools: bool = True) -> dict[str, Any]:
+        """POST ``messages``, retrying server-side failures; the first choice's message."""
         url = self.config.url
-        data = json.dumps(self._body()).encode()
+        data = json.dumps(self._body(messages, tools)).encode()
         start = time.monotonic()
         last_error = ""
         for attempt in range(self.config.max_retries + 1):

@@ -15,8 +15,11 @@ from typing import Any
 
 import gymnasium as gym
 
+from agents.context import ContextOverflow
 from agents.trajectory import TRAJECTORY_FORMAT, TokenSequence, Trajectory, TrajectoryWriter
 from envs.errors import InfraError
+
+CONTEXT_OVERFLOW = "context_overflow"
 
 
 @dataclass
@@ -74,6 +77,12 @@ def run_episode(env: gym.Env, agent, *, task_id: str | None = None, seed: int | 
                 write({"type": "end", "status": "infra_error", "reward": float("nan"), "eval": record})
                 return EpisodeResult(info["task_id"], agent_name, "infra_error", float("nan"), turns,
                                      time.monotonic() - start, record, None, info, kept)
+            except ContextOverflow as exc:  # the policy's limit, not the machine's: a 0, kept for training
+                record = {"status": CONTEXT_OVERFLOW, "error": {"where": "agent.context", "message": str(exc)}}
+                write({"type": "end", "status": CONTEXT_OVERFLOW, "reward": 0.0, "eval": record})
+                return EpisodeResult(info["task_id"], agent_name, CONTEXT_OVERFLOW, 0.0, turns,
+                                     time.monotonic() - start, record, tokens if has_tokens and turns else None,
+                                     info, kept)
             turn = agent.turn_record() if hasattr(agent, "turn_record") else None
             obs, reward, terminated, truncated, info = env.step(action)
             turns += 1
@@ -87,7 +96,7 @@ def run_episode(env: gym.Env, agent, *, task_id: str | None = None, seed: int | 
             if tok is None:
                 has_tokens = False
             else:
-                tokens.add_turn(tok["prompt"], tok["completion"], tok["logprobs"], tok.get("version", 0))
+                tokens.add_record(tok)
             write(step)
         record = info.get("eval", {})
         result = EpisodeResult(info["task_id"], agent_name, record.get("status", "unknown"), reward, turns,

@@ -54,19 +54,41 @@ class TrajectoryWriter:
 
 @dataclass
 class TokenSequence:
-    """An episode's tokens: ids, a loss mask (1 on generated tokens), sampling logprobs (0.0 where mask 0)."""
+    """An episode's tokens: ids, a loss mask (1 on generated tokens), sampling logprobs (0.0 where mask 0).
+
+    A context policy that rebuilt the prompt (``window``, ``summary``) starts a new context: ``starts`` holds
+    the offset of each one, and :meth:`contexts` splits the episode into one training sequence per context,
+    each turn in exactly the tokens it was generated after.
+    """
 
     ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     """Policy version of each generated turn."""
+    starts: list[int] = field(default_factory=lambda: [0])
+    """Offset in ``ids`` where each context begins (the first at 0)."""
 
-    def add_turn(self, prompt: list[int], completion: list[int], logprobs: list[float], version: int) -> None:
+    def add_turn(self, prompt: list[int], completion: list[int], logprobs: list[float], version: int,
+                 new_context: bool = False) -> None:
+        if new_context and self.ids:
+            self.starts.append(len(self.ids))
         self.ids += prompt + completion
         self.mask += [0] * len(prompt) + [1] * len(completion)
         self.logprobs += [0.0] * len(prompt) + list(logprobs)
         self.versions.append(version)
+
+    def add_record(self, tok: dict[str, Any]) -> None:
+        """Add a turn from its trajectory record (``step["agent"]["tokens"]``)."""
+        self.add_turn(tok["prompt"], tok["completion"], tok["logprobs"], tok.get("version", 0),
+                      bool(tok.get("new_context")))
+
+    def contexts(self) -> list["TokenSequence"]:
+        """One sequence per context (just ``[self]`` when the prompt only ever grew)."""
+        if len(self.starts) == 1:
+            return [self]
+        bounds = self.starts + [len(self.ids)]
+        return [TokenSequence(self.ids[a:b], self.mask[a:b], self.logprobs[a:b]) for a, b in zip(bounds, bounds[1:])]
 
 
 @dataclass
@@ -93,7 +115,7 @@ class Trajectory:
             tok = (step.get("agent") or {}).get("tokens")
             if tok is None:
                 return None
-            seq.add_turn(tok["prompt"], tok["completion"], tok["logprobs"], tok.get("version", 0))
+            seq.add_record(tok)
         return seq if self.steps else None
 
 

@@ -36,6 +36,10 @@ class LearnerConfig:
     max_grad_norm: float = 1.0
     micro_batch_size: int = 4
     """Sequences per forward/backward; the batch is accumulated over micro-batches."""
+    max_tokens_per_micro_batch: int | None = None
+    """Token budget of a micro-batch (rows x longest row, padding included); when set, sequences are bucketed
+    by length (longest first) into micro-batches under it instead of ``micro_batch_size`` at a time. A
+    sequence longer than the budget gets a micro-batch of its own."""
     device: str | None = None
     """``cuda``, ``cpu`` or None (cuda when available)."""
     bf16: bool | None = None
@@ -91,8 +95,7 @@ class Learner:
         if not samples:
             raise ValueError("train_step got no samples")
         mode = getattr(algorithm.config, "loss_agg", "token")
-        mbs = max(1, self.config.micro_batch_size)
-        chunks = [samples[i:i + mbs] for i in range(0, len(samples), mbs)]
+        chunks = micro_batches(samples, self.config.micro_batch_size, self.config.max_tokens_per_micro_batch)
         batches = [collate(c, self.pad_id, self.device) for c in chunks]
         denominator = normalizer([b.loss_mask for b in batches], mode)
         needs_hidden = getattr(algorithm, "needs_hidden", False)
@@ -157,3 +160,19 @@ class Learner:
         if self.reference is not None and state.get("reference") is not None:
             self.reference.load_state_dict(state["reference"])
         self.steps = state["steps"]
+
+
+def micro_batches(samples: list[Sample], size: int, max_tokens: int | None = None) -> list[list[Sample]]:
+    """``samples`` in micro-batches: ``size`` at a time, or, with ``max_tokens``, bucketed by length (longest
+    first) so each padded micro-batch holds at most ``max_tokens`` tokens."""
+    if not max_tokens:
+        size = max(1, size)
+        return [samples[i:i + size] for i in range(0, len(samples), size)]
+    chunks: list[list[Sample]] = []
+    for sample in sorted(samples, key=lambda s: len(s.ids), reverse=True):
+        # Longest first: a chunk's first sample is its longest, so its padded size is rows x that length.
+        if chunks and (len(chunks[-1]) + 1) * len(chunks[-1][0].ids) <= max_tokens:
+            chunks[-1].append(sample)
+        else:
+            chunks.append([sample])
+    return chunks

@@ -248,8 +248,8 @@ class Trainer:
                         outcomes += fleet.wait()
                 finally:
                     fleet.close()
-                sequences += [o.tokens for o in sorted(outcomes, key=lambda o: o.request.task_id)
-                              if o.resolved and o.tokens is not None]
+                sequences += [q for o in sorted(outcomes, key=lambda o: o.request.task_id)
+                              if o.resolved and o.tokens is not None for q in o.tokens.contexts()]
         if not sequences:
             raise ConfigError(f"SFT warm start found no successful trajectories (agent {s.agent!r})")
         samples = [Sample(q.ids, q.mask, q.logprobs) for q in sequences]
@@ -367,11 +367,17 @@ class Trainer:
         metrics["rollout/dropped_stale_groups"] = self._stats["dropped_stale"]
         samples_by_group = []
         for g in groups:
-            samples = [Sample(o.tokens.ids, o.tokens.mask, o.tokens.logprobs, reward=o.reward,
-                              task_id=o.request.task_id, group=g["gid"], version=o.version) for o in g["valid"]
-                       if not self.max_len or len(o.tokens.ids) <= self.max_len]
+            # One sample per context of each episode (several when a context policy rebuilt the prompt),
+            # all with the episode's reward and, from the algorithm, its advantage.
+            samples = [Sample(q.ids, q.mask, q.logprobs, reward=o.reward, task_id=o.request.task_id, group=g["gid"],
+                              version=o.version, meta={"episode": k})
+                       for k, o in enumerate(g["valid"]) for q in o.tokens.contexts()
+                       if not self.max_len or len(q.ids) <= self.max_len]
             if samples:
                 samples_by_group.append(samples)
+        metrics["rollout/sequences_per_episode"] = (
+            sum(len(grp) for grp in samples_by_group) / max(1, sum(len({s.meta["episode"] for s in grp})
+                                                                   for grp in samples_by_group)))
         staleness = [self.version - s.version for grp in samples_by_group for s in grp]
         if staleness:
             metrics["rollout/staleness_mean"] = statistics.fmean(staleness)

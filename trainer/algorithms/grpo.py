@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -67,12 +68,20 @@ class GRPO:
         self.config = config
 
     def prepare(self, groups: list[list[Sample]]) -> list[Sample]:
-        """Set each sample's advantage from its group; the flat list to train on."""
+        """Set each sample's advantage from its group; the flat list to train on.
+
+        An episode split into several sequences (a context policy rebuilt its prompt: the samples share
+        ``meta["episode"]``) counts once in the group's statistics, and every sequence of it gets its advantage.
+        """
         out = []
         for group in groups:
-            for sample, adv in zip(group, group_advantages([s.reward for s in group], self.config.normalize_std,
-                                                             negative_scale=self.config.negative_scale)):
-                sample.advantage = adv
+            rewards: dict[Any, float] = {}
+            for sample in group:
+                rewards.setdefault(sample.meta.get("episode", id(sample)), sample.reward)
+            advantages = dict(zip(rewards, group_advantages(list(rewards.values()), self.config.normalize_std,
+                                                            negative_scale=self.config.negative_scale)))
+            for sample in group:
+                sample.advantage = advantages[sample.meta.get("episode", id(sample))]
                 out.append(sample)
         return out
 
