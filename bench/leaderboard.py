@@ -86,14 +86,14 @@ def table(summaries: Sequence[Summary]) -> tuple[list[str], list[list[str]]]:
     ks = pass_ks(summaries)
     show_checkpoint = any(s.checkpoint for s in summaries)
     header = (["agent", "suite"] + ["checkpoint"] * show_checkpoint + ["resolved [95% CI]"] + [f"pass@{k}" for k in ks]
-              + ["mean turns", "mean tokens", "format adherence", "self-correction", "long-chain",
+              + ["mean turns", "mean tokens", "format adherence", "self-correction", "long-horizon",
                  "infra errors", "episodes"])
     rows = []
     for s in summaries:
         rows.append([s.agent, s.suite] + [s.checkpoint] * show_checkpoint + [_resolved_cell(s)]
                     + [percent(s.pass_at_k.get(k)) for k in ks]
                     + [_number(s.mean_turns, 1), _number(s.mean_tokens, 0), percent(s.format_adherence),
-                       percent(s.self_correction), percent(s.long_chain),
+                       percent(s.self_correction), percent(s.long_horizon),
                        f"{s.infra_errors} ({percent(s.infra_error_rate)})", str(s.episodes)])
     return header, rows
 

@@ -43,8 +43,11 @@ class Summary:
     """k -> unbiased pass@k, for k from 1 to the fewest valid samples of any task."""
     by_difficulty: dict[int, float] = field(default_factory=dict)
     """Task difficulty -> resolved rate over the tasks of that difficulty."""
-    long_chain: float | None = None
-    """Resolved rate over long-horizon tasks; None when the suite has none."""
+    long_horizon: float | None = None
+    """Resolved rate over long-horizon tasks (``horizon: long`` or 10+ turns); None when the suite has none."""
+    short_horizon: float | None = None
+    """Resolved rate over the other tasks, to read beside it; None when every task is long."""
+    long_horizon_tasks: int = 0
     format_adherence: float | None = None
     """Well-formed tool calls / tool calls; None when no calls were made."""
     self_correction: float | None = None
@@ -111,7 +114,9 @@ def summarize_group(rows: list[EpisodeRow]) -> Summary:
         episodes=len(rows), tasks=len({r.task_id for r in rows}),
         resolved_rate=_task_mean_rate(per_task.values()), ci_low=low, ci_high=high,
         pass_at_k=_pass_at_ks(per_task.values()), by_difficulty=_by_difficulty(per_task),
-        long_chain=_task_mean_rate(long_tasks.values()) if long_tasks else None,
+        long_horizon=_task_mean_rate(long_tasks.values()) if long_tasks else None,
+        short_horizon=_task_mean_rate(short) if (short := [rs for t, rs in per_task.items() if t not in long_tasks])
+        else None, long_horizon_tasks=len(long_tasks),
         format_adherence=sum(r.well_formed for r in valid) / calls if calls else None,
         self_correction=sum(r.self_corrected for r in valid if r.resolved) / resolved if resolved else None,
         mean_turns=_mean([r.turns for r in valid]),
@@ -124,14 +129,14 @@ def summary_table(summaries: list[Summary]) -> str:
     ks = sorted({k for s in summaries for k in s.pass_at_k if k > 1})
     header = (["agent", "suite", "checkpoint", "tasks", "episodes", "resolved (95% CI)"]
               + [f"pass@{k}" for k in ks]
-              + ["by difficulty", "long-chain", "format", "self-correction", "turns", "tokens", "infra errors"])
+              + ["by difficulty", "long-horizon (tasks)", "short-horizon", "format", "self-correction", "turns", "tokens", "infra errors"])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for s in summaries:
         cells = [s.agent, s.suite, s.checkpoint or "-", str(s.tasks), str(s.episodes),
                  f"{_pct(s.resolved_rate)} ({_pct(s.ci_low)}-{_pct(s.ci_high)})"]
         cells += [_pct(s.pass_at_k.get(k)) for k in ks]
         cells += [" ".join(f"{level}:{_pct(rate)}" for level, rate in s.by_difficulty.items()) or "-",
-                  _pct(s.long_chain), _pct(s.format_adherence), _pct(s.self_correction),
+                  f"{_pct(s.long_horizon)} ({s.long_horizon_tasks})", _pct(s.short_horizon), _pct(s.format_adherence), _pct(s.self_correction),
                   f"{s.mean_turns:.1f}", f"{s.mean_tokens:.0f}", f"{s.infra_errors} ({_pct(s.infra_error_rate)})"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

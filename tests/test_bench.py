@@ -85,17 +85,17 @@ def test_pass_at_k_in_summary_is_a_mean_over_tasks():
     assert s.pass_at_k[2] == pytest.approx((0.7 + 0.0) / 2)
 
 
-def test_by_difficulty_long_chain_and_self_correction():
+def test_by_difficulty_long_horizon_apart_and_self_correction():
     rows = [row("easy1", "resolved", difficulty=1), row("easy2", "unresolved", difficulty=1),
             row("hard", "resolved", difficulty=3, long_horizon=True, self_corrected=True),
             row("mid", "unresolved", difficulty=2, prompt_tokens=100, completion_tokens=20)]
     [s] = summarize(rows)
     assert s.by_difficulty == {1: 0.5, 2: 0.0, 3: 1.0}
-    assert s.long_chain == 1.0
+    assert (s.long_horizon, s.long_horizon_tasks, s.short_horizon) == (1.0, 1, pytest.approx(1 / 3))
     assert s.self_correction == 0.5
     assert s.mean_tokens == 30
     [plain] = summarize([row("t", "unresolved")])
-    assert (plain.long_chain, plain.self_correction, plain.format_adherence) == (None, None, None)
+    assert (plain.long_horizon, plain.self_correction, plain.format_adherence) == (None, None, None)
 
 
 def test_summaries_per_agent_and_checkpoint_best_first():

@@ -84,7 +84,7 @@ def test_markdown_table_ranks_and_excludes_infra_errors(tmp_path, capsys):
     header, rows = _markdown_rows(out)
     _check_ranking(header, rows)
     assert any(h.startswith("pass@") for h in header)
-    assert {"mean turns", "mean tokens", "format adherence", "self-correction", "long-chain"} <= set(header)
+    assert {"mean turns", "mean tokens", "format adherence", "self-correction", "long-horizon"} <= set(header)
 
 
 def test_checkpoints_of_one_agent_are_rows_of_their_own(tmp_path):
