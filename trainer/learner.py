@@ -59,7 +59,8 @@ class Learner:
         torch.manual_seed(config.seed)
         model = model.to(self.device, dtype=torch.bfloat16 if bf16 else torch.float32)
         if config.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+            # transformers renamed it; the old name warns.
+            (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
             model.config.use_cache = False
         if config.lora is not None:
             from peft import LoraConfig as PeftLora, get_peft_model
