@@ -241,3 +241,14 @@ def test_micro_batches_stay_under_the_token_budget():
     for chunk in chunks:
         assert len(chunk) * max(len(s.ids) for s in chunk) <= 1000 or len(chunk) == 1
     assert [len(c) for c in micro_batches(samples, size=4)] == [4, 2]
+
+
+def test_every_shipped_config_loads_with_a_buildable_context_policy():
+    from pathlib import Path
+
+    from trainer.config import load_config
+    configs = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+    assert configs
+    for path in configs:
+        config = load_config(path)
+        assert make_context_policy(config.agent.context).name in ("full", "window", "summary"), path

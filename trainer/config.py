@@ -43,6 +43,10 @@ class EnvSection:
     reward: str = "default"
     analyze_final_diff: bool = False
     """The tree-sitter analysis of every final diff costs time; off unless a reward uses it."""
+    max_observation_tokens: int | None = None
+    """Episode budget of observation tokens (counted with the policy's tokenizer); None: no budget."""
+    max_wall_s: float | None = None
+    """Episode budget of wall-clock seconds; None: no budget."""
 
 
 @dataclass

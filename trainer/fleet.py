@@ -137,7 +137,9 @@ class RolloutWorker:
         e = self.spec.env
         config = EnvConfig(sandbox=e.get("sandbox"), max_turns=e.get("max_turns", 4),
                            eval_timeout=e.get("eval_timeout", 300.0), command_timeout=e.get("command_timeout", 30.0),
-                           reward=e.get("reward", "default"), analyze_final_diff=e.get("analyze_final_diff", False))
+                           reward=e.get("reward", "default"), analyze_final_diff=e.get("analyze_final_diff", False),
+                           tokenizer=self.tokenizer, max_observation_tokens=e.get("max_observation_tokens"),
+                           max_wall_s=e.get("max_wall_s"))
         return gym.make("repogym/RepoTask-v0", tasks=self.spec.tasks, config=config).unwrapped
 
     def _agent(self, request: EpisodeRequest):
