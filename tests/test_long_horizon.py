@@ -16,12 +16,11 @@ from agents.rollout import run_episode
 from agents.trajectory import TokenSequence, read_trajectory
 from envs.errors import ConfigError
 from envs.repo_env import EnvConfig, RepoTaskEnv
-from tests.test_hf_agent import TINY, RecordingEngine
+from tests.test_hf_agent import RecordingEngine, tiny_lm  # noqa: F401 (a fixture)
 from tests.test_llm_agent import FakeServer, text_reply, tool_call_reply
 from trainer.algorithms.common import Sample
 from trainer.algorithms.grpo import GRPO, GRPOConfig
 from trainer.learner import micro_batches
-from trainer.tiny import build_tiny_model, build_tokenizer
 
 
 def conversation(turns: int, output_chars: int = 2000) -> list[dict]:
@@ -157,14 +156,6 @@ def test_llm_prompts_equal_what_the_trajectory_rebuilds(tiny_task, tmp_path, pol
     if policy != "full":
         assert trajectory.steps[-1]["agent"]["context"].get("elided_turns", 0) + \
             trajectory.steps[-1]["agent"]["context"].get("summarised_turns", 0) > 0
-
-
-@pytest.fixture(scope="module")
-def tiny_lm():
-    corpus = ['<tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call>', "def clamp(x, low, high):",
-              "error (parse_error): invalid JSON"] * 5
-    tokenizer = build_tokenizer(corpus, TINY.vocab_size)
-    return tokenizer, build_tiny_model(tokenizer, TINY)
 
 
 class PromptRecorder(RecordingEngine):

@@ -159,3 +159,69 @@ def test_a_mutation_that_hangs_the_tests_is_dropped_not_fatal(tmp_path):
     config = GenerateConfig(sandbox="local", baseline_runs=1, mutant_timeout_min=2.0, operators=("drop_statement",))
     tasks, stats = generate(str(tmp_path), config)
     assert tasks == [] and stats["tried"] == 2 and stats["timeouts"] == 1
+
+
+# A call chain test -> api.describe -> report.summary -> stats.total / stats.mean, and a test of mean itself.
+DEEP = {
+    "deep/__init__.py": "",
+    "deep/api.py": "from deep.report import summary\n\n\ndef describe(values):\n    return 'stats ' + summary(values)\n",
+    "deep/report.py": ("from deep.stats import mean, total\n\n\ndef summary(values):\n"
+                       "    return f'{total(values)}/{mean(values):g}'\n"),
+    "deep/stats.py": ("def total(values):\n    result = 0\n    for value in values:\n        result = result + value\n"
+                      "    return result\n\n\ndef mean(values):\n    count = len(values)\n    if count == 0:\n"
+                      "        return 0\n    return sum(values) / count\n"),
+    "tests/test_api.py": ("from deep.api import describe\n\n\ndef test_describe():\n    assert describe([1, 2, 3]) == 'stats 6/2'"
+                          "\n\n\ndef test_describe_empty():\n    assert describe([]) == 'stats 0/0'\n"),
+    "tests/test_stats.py": "from deep.stats import mean\n\n\ndef test_mean():\n    assert mean([2, 4]) == 3\n",
+    "pyproject.toml": '[project]\nname = "deep"\nversion = "0"\ndependencies = []\n',
+}
+
+
+def _write(root, files):
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    return root
+
+
+def test_long_horizon_verdicts_on_a_call_chain(tmp_path):
+    from envs.analysis import RepoIndex
+    from envs.taskgen.generate import _is_test_file
+    from envs.taskgen.horizon import judge, min_turns
+    from envs.taskgen.mutations import Mutation
+    files = dict(DEEP, **{"tests/test_near.py": "from deep.stats import total\nfrom deep.api import describe\n\n\n"
+                                                "def test_via_api():\n    assert describe([2]) == 'stats 2/2'\n"})
+    root = _write(tmp_path, files)
+    index = RepoIndex.from_folder(root)
+
+    def at(function, file="deep/stats.py"):
+        return [Mutation("change_constant", file, function, 0, 1, "1", 1, "")]
+
+    far = judge(index, root, at("deep.stats.total"), ["tests/test_api.py::test_describe"], 3, _is_test_file)
+    assert far.long and far.distance == 3
+    assert min_turns(far.distance, 3) == 10 and min_turns(5, 3) == 14
+    close = judge(index, root, at("deep.report.summary", "deep/report.py"), ["tests/test_api.py::test_describe"], 3,
+                  _is_test_file)
+    assert not close.long and close.distance == 2
+    assert not judge(index, root, at("deep.stats.mean"), ["tests/test_api.py::test_describe", "tests/test_stats.py::"
+                                                          "test_mean"], 3, _is_test_file).long
+    # Three calls away, but its module imports the file of the bug: not long.
+    imported = judge(index, root, at("deep.stats.total"), ["tests/test_near.py::test_via_api"], 3, _is_test_file)
+    assert not imported.long and "deep/stats.py" in imported.reason
+    assert not judge(index, root, at("deep.stats.total"), ["tests/test_api.py::test_gone"], 3, _is_test_file).long
+
+
+def test_generate_long_horizon_keeps_only_far_bugs(tmp_path):
+    root = _write(tmp_path, DEEP)
+    config = GenerateConfig(max_tasks=20, seed=0, sandbox="local", baseline_runs=1, pair_every=0, horizon="long",
+                            operators=("change_constant", "flip_comparison", "drop_statement"))
+    tasks, stats = generate(str(root), config)
+    assert tasks and stats["not_long"] >= 1  # mean's comparison is caught by test_mean, right next to it
+    for task in tasks:
+        assert task.extra["horizon"] == "long" and task.extra["min_turns"] >= 10 and task.difficulty >= 3
+        assert set(task.extra["taskgen"]["functions"]) <= {"deep.stats.total", "deep.stats.mean"}
+        assert task.extra["taskgen"]["test_distance"] >= 3
+        assert task.FAIL_TO_PASS and all(t.startswith("tests/test_api.py::") for t in task.FAIL_TO_PASS)
+        assert "deep/stats.py" in task.patch
+    with pytest.raises(ConfigError, match="horizon"):
+        GenerateConfig(horizon="short")

@@ -9,6 +9,10 @@ it breaks) and PASS_TO_PASS (the other passing tests). Harder tasks pair a mutat
 a caller or in another file. The mutated tree is committed in the source repository as the base commit,
 a root commit with no parent (the unmutated code is never part of a base commit's history); the gold
 patch is the reverse diff.
+
+``horizon="long"`` keeps only long-horizon tasks (:mod:`.horizon`): mutations at least ``long_min_distance``
+calls from every test they break, outside the files those tests call into directly; kept tasks are marked
+``horizon: long`` with a ``min_turns`` estimate and a difficulty of at least 3.
 """
 
 from __future__ import annotations
@@ -26,8 +30,12 @@ from envs.sandbox import SandboxConfig, default_backend, sandbox_factory
 from envs.sandbox.testrun import TestRunTimeout, run_tests
 from envs.tasks.repos import fixed_git, snapshot_of
 from envs.tasks.schema import Task
+from envs.taskgen import horizon
 from envs.taskgen.layout import Layout, detect_layout
 from envs.taskgen.sources import SourceRepo, git, materialize
+
+
+HORIZONS = ("any", "long")
 
 
 class SourceNotUsable(ConfigError):
@@ -68,6 +76,16 @@ class GenerateConfig:
     """Extra packages the image needs (beyond the declared requirements), e.g. test-only dependencies."""
     rewrite_problem: Callable[[Task, str], str] | None = None
     """Hook to rewrite the generated problem statement (e.g. with an LLM): ``(task, text) -> text``."""
+    horizon: str = "any"
+    """``"long"``: keep only long-horizon tasks (see :mod:`envs.taskgen.horizon`); ``"any"``: no such filter."""
+    long_min_distance: int = 3
+    """With ``horizon="long"``: fewest calls between a failing test and a mutated function."""
+
+    def __post_init__(self) -> None:
+        if self.horizon not in HORIZONS:
+            raise ConfigError(f"horizon: expected one of {HORIZONS}, got {self.horizon!r}")
+        if self.long_min_distance < 1:
+            raise ConfigError(f"long_min_distance: expected an integer >= 1, got {self.long_min_distance!r}")
 
 
 @dataclass
@@ -94,6 +112,8 @@ def generate(source: str, config: GenerateConfig | None = None,
     sandbox_config = SandboxConfig(run_id="taskgen", hidden_paths=(str(repo.path),))
     sandbox = sandbox_factory(backend, setup, sandbox_config)()
     stats = {"source": source, "backend": backend, "candidates": 0, "tried": 0, "kept": 0, "no_failure": 0}
+    if config.horizon == "long":
+        stats["not_long"] = 0
     try:
         sandbox.load(snapshot_of(str(repo.path), repo.head))
         passing, flaky, slowest = baseline(sandbox, layout, config)
@@ -104,6 +124,11 @@ def generate(source: str, config: GenerateConfig | None = None,
                    if s.kind == "module" and not _is_test_file(s.file)}
         sources = {path: text for path, text in sources.items() if not _is_data_table(text, config)}
         all_mutations = dedupe([m for path, text in sorted(sources.items()) for m in find_mutations(path, text, config.operators or OPERATORS)])
+        if config.horizon == "long":
+            # Only a function some test reaches from afar can make a long task; the rest would cost a test run each.
+            far = {f for f in {m.function for m in all_mutations}
+                   if horizon.reaches_from_afar(index, f, config.long_min_distance)}
+            all_mutations = [m for m in all_mutations if m.function in far]
         covering = {}
         for mutation in all_mutations:
             if mutation.function not in covering:
@@ -132,6 +157,9 @@ def generate(source: str, config: GenerateConfig | None = None,
                             mutant_timeout)
             except MutantTimeout:
                 stats["timeouts"] += 1
+                continue
+            except NotLongHorizon:
+                stats["not_long"] += 1
                 continue
             if progress:
                 progress(source, len(tasks) + (task is not None), config.max_tasks)
@@ -193,6 +221,10 @@ class MutantTimeout(Exception):
     """A mutant's tests ran past their time: the mutation is dropped."""
 
 
+class NotLongHorizon(Exception):
+    """In long-horizon mode, the mutation is caught by a test too close to it: the mutation is dropped."""
+
+
 def _try(repo: SourceRepo, layout, setup, sandbox, mutations, sources, passing, covering, index, config, timeout):
     from envs.taskgen.mutations import combine, parses_cleanly
     try:
@@ -217,6 +249,11 @@ def _try(repo: SourceRepo, layout, setup, sandbox, mutations, sources, passing, 
         p2p = sorted(t for t in passing if full.get(t) == "passed")
         if not f2p or not full:
             return None
+        verdict = None
+        if config.horizon == "long":
+            verdict = horizon.judge(index, repo.path, mutations, f2p, config.long_min_distance, _is_test_file)
+            if not verdict.long:
+                raise NotLongHorizon(verdict.reason)
         statement = problem_statement(sandbox, layout, f2p, timeout)
     finally:
         sandbox.reset()
@@ -229,6 +266,10 @@ def _try(repo: SourceRepo, layout, setup, sandbox, mutations, sources, passing, 
                 difficulty=difficulty(mutations, f2p, index), setup=dict(setup), test_command=layout.test_command,
                 extra={"taskgen": {"operators": [m.operator for m in mutations],
                                    "functions": [m.function for m in mutations], "seed": config.seed}})
+    if verdict is not None:
+        task.difficulty = max(task.difficulty, 3)
+        task.extra["taskgen"]["test_distance"] = verdict.distance
+        task.extra.update(horizon="long", min_turns=horizon.min_turns(verdict.distance, config.long_min_distance))
     if config.rewrite_problem:
         task.problem_statement = config.rewrite_problem(task, task.problem_statement)
     return task

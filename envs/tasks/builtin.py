@@ -4,7 +4,9 @@ Each bundled project is ``task_repos/<name>/project/`` (the correct code and its
 ``task_repos/<name>/tasks/<slug>/{bug.patch,test.patch,task.json}``. :func:`build_repo` turns that into a git
 repository with fixed authors and dates, so commit ids are the same on every machine: ``main`` holds the
 project, and each task has a branch ``task/<slug>`` whose tip (the bug applied) is the task's base commit.
-The gold patch is the diff from that base back to ``main``.
+The gold patch is the diff from that base back to ``main``. ``task.json`` holds ``difficulty``, the
+``problem_statement`` and, for long-horizon tasks, ``"horizon": "long"`` and a ``min_turns`` estimate, which land in
+the record's extra fields (bench reports such tasks apart).
 
 :func:`build_suite` also runs each task's tests on the host to derive FAIL_TO_PASS / PASS_TO_PASS, writing
 ``task_repos/builtin.jsonl`` (a developer step: ``repogym tasks build-builtin``). ``repogym validate`` then
@@ -97,6 +99,7 @@ def build_task(name: str, slug: str, repo: Path) -> Task:
     """The task record of one bundled task, with F2P/P2P measured on the host."""
     folder = task_repos_dir() / name / "tasks" / slug
     meta = json.loads((folder / "task.json").read_text())
+    extra = horizon_fields(meta, f"{name}/{slug}")
     base = _git(repo, "rev-parse", f"task/{slug}").strip()
     gold = _git(repo, "diff", "--binary", base, "main")
     test_patch = (folder / "test.patch").read_text()
@@ -120,7 +123,24 @@ def build_task(name: str, slug: str, repo: Path) -> Task:
                 problem_statement=meta["problem_statement"].strip() + "\n", patch=gold, test_patch=test_patch,
                 FAIL_TO_PASS=f2p, PASS_TO_PASS=p2p, difficulty=int(meta["difficulty"]),
                 setup={"source": f"builtin:{name}"}, test_command=DEFAULT_TEST_COMMAND,
-                created_at="2026-01-01T00:00:00Z", version="0.1.0")
+                created_at="2026-01-01T00:00:00Z", version="0.1.0", extra=extra)
+
+
+def horizon_fields(meta: dict, where: str) -> dict:
+    """The optional ``horizon`` ("long") and ``min_turns`` (a positive int) of a task.json, checked.
+
+    Absent fields stay absent, so the records of tasks without them are unchanged."""
+    extra = {}
+    if "horizon" in meta:
+        if meta["horizon"] != "long":
+            raise ConfigError(f"{where}/task.json: horizon: expected \"long\" or no field, got {meta['horizon']!r}")
+        extra["horizon"] = "long"
+    if "min_turns" in meta:
+        turns = meta["min_turns"]
+        if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+            raise ConfigError(f"{where}/task.json: min_turns: expected a positive integer, got {turns!r}")
+        extra["min_turns"] = turns
+    return extra
 
 
 def build_suite(out: Path | None = None) -> list[Task]:

@@ -26,6 +26,9 @@ def add_parser(sub) -> None:
     gen.add_argument("--pip", action="append", default=[], help="extra package the image needs (repeatable)")
     gen.add_argument("--sandbox", choices=["docker", "local"], default=None,
                      help="backend (default: docker when a daemon answers, else local)")
+    gen.add_argument("--horizon", choices=["any", "long"], default="any",
+                     help="long: keep only bugs 3+ calls away from every test they break, in another file than "
+                          "the code those tests call (marked horizon: long, with min_turns); default any")
     gen.set_defaults(func=run_generate)
     build = tsub.add_parser("build", help="build a generated suite from its recipe in task_repos/recipes/")
     build.add_argument("suite", help="recipe name (see `repogym tasks recipes`)")
@@ -78,13 +81,15 @@ def _print_stats(stats: dict) -> None:
     print(f"{stats['kept']} tasks kept of {stats['tried']} mutations tried "
           f"({stats['candidates']} candidates; baseline: {stats.get('baseline_passing', 0)} passing tests, "
           f"{stats.get('flaky', 0)} flaky excluded) on the {stats['backend']} sandbox")
+    if "not_long" in stats:
+        print(f"{stats['not_long']} caught only by tests too close to the bug (dropped: not long-horizon)")
 
 
 def run_generate(args) -> int:
     from envs.taskgen.generate import GenerateConfig, generate
     from envs.tasks.schema import save_tasks
     config = GenerateConfig(max_tasks=args.max_tasks, seed=args.seed, max_candidates=args.max_candidates,
-                            pip=args.pip, sandbox=args.sandbox)
+                            pip=args.pip, sandbox=args.sandbox, horizon=args.horizon)
     tasks, stats = generate(args.source, config, progress_bar)
     save_tasks(tasks, args.out)
     _print_stats(stats)
