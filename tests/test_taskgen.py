@@ -190,7 +190,9 @@ def test_long_horizon_verdicts_on_a_call_chain(tmp_path):
     from envs.taskgen.horizon import judge, min_turns
     from envs.taskgen.mutations import Mutation
     files = dict(DEEP, **{"tests/test_near.py": "from deep.stats import total\nfrom deep.api import describe\n\n\n"
-                                                "def test_via_api():\n    assert describe([2]) == 'stats 2/2'\n"})
+                                                "def test_via_api():\n    assert describe([2]) == 'stats 2/2'\n",
+                          "tests/test_named.py": "from deep.api import describe\n\n\ndef test_named():\n"
+                                                 "    total = describe([2])\n    assert total == 'stats 2/2'\n"})
     root = _write(tmp_path, files)
     index = RepoIndex.from_folder(root)
 
@@ -209,6 +211,9 @@ def test_long_horizon_verdicts_on_a_call_chain(tmp_path):
     imported = judge(index, root, at("deep.stats.total"), ["tests/test_near.py::test_via_api"], 3, _is_test_file)
     assert not imported.long and "deep/stats.py" in imported.reason
     assert not judge(index, root, at("deep.stats.total"), ["tests/test_api.py::test_gone"], 3, _is_test_file).long
+    # The test's own code names the mutated function: a call the graph may have missed, so not long.
+    named = judge(index, root, at("deep.stats.total"), ["tests/test_named.py::test_named"], 3, _is_test_file)
+    assert not named.long and "names" in named.reason
 
 
 def test_generate_long_horizon_keeps_only_far_bugs(tmp_path):

@@ -82,7 +82,8 @@ def _print_stats(stats: dict) -> None:
           f"({stats['candidates']} candidates; baseline: {stats.get('baseline_passing', 0)} passing tests, "
           f"{stats.get('flaky', 0)} flaky excluded) on the {stats['backend']} sandbox")
     if "not_long" in stats:
-        print(f"{stats['not_long']} caught only by tests too close to the bug (dropped: not long-horizon)")
+        print(f"{stats['not_long']} dropped as not long-horizon (a failing test near the bug, calling into its "
+              f"file, or not linked to it in the call graph)")
 
 
 def run_generate(args) -> int:

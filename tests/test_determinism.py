@@ -1,0 +1,125 @@
+"""Reward determinism: grading the same patch again gives the same record, on every builtin task.
+
+For each task the gold patch and the empty patch are each graded several times; every grade of one
+patch must agree exactly on the status and on the outcome of every graded test, gold must resolve and
+empty must not. A disagreement names the task, the patch and the tests whose outcome changed (a flaky
+task, or a grader that is not deterministic), rather than being retried away.
+
+Each grade gets a fresh sandbox, as episodes get them: a warm :class:`SandboxPool` per environment image
+starts the next one while the current grade runs, so reuse buys start-up time, never shared state.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+import pytest
+
+from envs.rewards import RESOLVED, UNRESOLVED, EvalRecord, grade
+from envs.sandbox import SandboxConfig, make_sandbox
+from envs.sandbox.base import Sandbox
+from envs.sandbox.pool import SandboxPool
+from envs.tasks.repos import repo_path
+from envs.tasks.schema import Task
+from envs.tasks.suites import load_suite
+from tests.conftest import require_backend
+
+EVAL_TIMEOUT = 300.0
+# One task per bundled repository, for the fast local run.
+FAST_TASKS = ("repogym__cfgparse-list-trailing-comma", "repogym__schedkit-dispatch-tie-order",
+              "repogym__tablekit-zero-header-label")
+
+
+def disagreements(task: Task, label: str, records: list[EvalRecord], expected: str) -> list[str]:
+    """What is wrong with the repeated grades of one patch: outcomes that differ between runs, or a wrong status."""
+    problems = []
+    statuses = [r.status for r in records]
+    if len(set(statuses)) > 1:
+        errors = [r.error for r in records]
+        problems.append(f"{task.instance_id} [{label}]: statuses differ across runs: {statuses} (errors: {errors})")
+    changed = {test: [r.tests.get(test, "<absent>") for r in records]
+               for test in sorted(set().union(*(r.tests for r in records)))}
+    changed = {test: outcomes for test, outcomes in changed.items() if len(set(outcomes)) > 1}
+    if changed:
+        problems.append(f"{task.instance_id} [{label}]: {len(changed)} test outcome(s) differ across runs: {changed}")
+    wrong = [(i, r.status, r.error) for i, r in enumerate(records) if r.status != expected]
+    if wrong:
+        problems.append(f"{task.instance_id} [{label}]: expected {expected}, got (run, status, error) {wrong}")
+    return problems
+
+
+def check_task(task: Task, make: Callable[[], Sandbox], runs: int, empty_runs: int) -> tuple[list[str], float]:
+    """Grade gold ``runs`` times and empty ``empty_runs`` times; the problems found and the seconds it took."""
+    start = time.monotonic()
+    problems = []
+    for label, patch, expected, times in (("gold", task.patch, RESOLVED, runs), ("empty", "", UNRESOLVED, empty_runs)):
+        records = [grade(task, patch, make, timeout=EVAL_TIMEOUT) for _ in range(times)]
+        problems += disagreements(task, label, records, expected)
+    return problems, time.monotonic() - start
+
+
+def check_tasks(tasks: list[Task], factory_for: Callable[[Task], Callable[[], Sandbox]], runs: int, empty_runs: int,
+                workers: int) -> tuple[list[str], dict[str, float]]:
+    """:func:`check_task` over ``tasks``, ``workers`` at a time; every problem, and the seconds per task."""
+    with ThreadPoolExecutor(max_workers=workers) as executor:
+        results = list(executor.map(lambda t: check_task(t, factory_for(t), runs, empty_runs), tasks))
+    problems = [p for found, _ in results for p in found]
+    return problems, {t.instance_id: seconds for t, (_, seconds) in zip(tasks, results)}
+
+
+def report(capsys, what: str, wall: float, seconds: dict[str, float]) -> None:
+    slowest = sorted(seconds.items(), key=lambda kv: -kv[1])[:3]
+    with capsys.disabled():
+        print(f"\n[determinism] {what}: {wall:.1f}s wall; slowest tasks: "
+              + ", ".join(f"{task} {s:.1f}s" for task, s in slowest))
+
+
+def test_repeated_grades_agree_on_a_few_tasks_locally(capsys):
+    require_backend("local")
+    tasks = [t for t in load_suite("builtin") if t.instance_id in FAST_TASKS]
+    assert len(tasks) == len(FAST_TASKS)
+
+    def factory_for(task):
+        # As the env does on this backend: the task's source repository (its whole history) is hidden.
+        config = SandboxConfig(run_id="pytest-determinism", hidden_paths=(str(repo_path(task)),))
+        return lambda: make_sandbox("local", config)
+
+    start = time.monotonic()
+    # Gold three times (flakiness there would flip the reward), empty twice: under 30 s on two busy cores.
+    problems, seconds = check_tasks(tasks, factory_for, runs=3, empty_runs=2, workers=3)
+    report(capsys, f"local, {len(tasks)} tasks x (3 gold + 2 empty) grades", time.monotonic() - start, seconds)
+    assert problems == []
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_five_grades_agree_on_every_builtin_task_in_docker(capsys):
+    require_backend("docker")
+    from envs.sandbox.images import ensure_env_image
+
+    tasks = load_suite("builtin")
+    assert len(tasks) >= 30
+    workers = min(4, (os.cpu_count() or 2) + 1)  # 3 on two cores: grading is CPU-bound, start-up is not
+    config = SandboxConfig(run_id="pytest-determinism")
+    pools: dict[str, SandboxPool] = {}
+
+    def factory_for(task):
+        image = ensure_env_image(task.setup)
+        if image not in pools:
+            pools[image] = SandboxPool(lambda: make_sandbox("docker", config, image=image), size=workers)
+        return pools[image].acquire
+
+    start = time.monotonic()
+    try:
+        for task in tasks:  # build images and start pools up front: the workers then only read `pools`
+            factory_for(task)
+        problems, seconds = check_tasks(tasks, factory_for, runs=5, empty_runs=5, workers=workers)
+    finally:
+        for pool in pools.values():
+            pool.close()
+    report(capsys, f"docker, {len(tasks)} tasks x 5 grades x 2 patches, {len(pools)} pool(s)",
+           time.monotonic() - start, seconds)
+    assert problems == []
