@@ -9,13 +9,12 @@ JSON. Anything else raises :class:`envs.tools.ToolError` with kind ``parse_error
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from envs.tools.base import ToolError
 
-_BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
 FORMAT_HINT = ('write exactly one tool call, as JSON {"name": "<tool>", "arguments": {...}} or inside '
                '<tool_call>...</tool_call>')
 
@@ -35,19 +34,34 @@ def parse_action(action: Any) -> ToolCall:
     if not isinstance(action, str):
         raise ToolError("parse_error", f"expected the action as text, got {type(action).__name__}; {FORMAT_HINT}")
     text = action.strip()
-    blocks = _BLOCK.findall(text)
+    blocks = _blocks(text)
     if len(blocks) > 1:
         raise ToolError("parse_error", f"found {len(blocks)} <tool_call> blocks; one step takes one tool call")
     if blocks:
         text = blocks[0]
-    elif "<tool_call>" in text:
+    elif OPEN in text:
         raise ToolError("parse_error", "a <tool_call> block is not closed with </tool_call>")
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ToolError("parse_error", f"invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
                                        f"{FORMAT_HINT}") from None
+    except RecursionError:
+        raise ToolError("parse_error", f"the JSON is nested too deeply; {FORMAT_HINT}") from None
     return _from_object(obj)
+
+
+def _blocks(text: str) -> list[str]:
+    """The contents of each closed ``<tool_call>`` block, stripped (a plain scan: a regex backtracks badly
+    over long whitespace)."""
+    found, start = [], text.find(OPEN)
+    while start != -1:
+        end = text.find(CLOSE, start + len(OPEN))
+        if end == -1:
+            break
+        found.append(text[start + len(OPEN):end].strip())
+        start = text.find(OPEN, end + len(CLOSE))
+    return found
 
 
 def _from_object(obj: Any) -> ToolCall:
@@ -64,6 +78,8 @@ def _from_object(obj: Any) -> ToolCall:
             args = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError as exc:
             raise ToolError("parse_error", f"arguments of {name!r} are not valid JSON: {exc.msg}") from None
+        except RecursionError:
+            raise ToolError("parse_error", f"arguments of {name!r} are nested too deeply") from None
     if args is None:
         args = {}
     if not isinstance(args, dict):

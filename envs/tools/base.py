@@ -73,7 +73,27 @@ class Tool:
             if expected and not _is_type(value, expected):
                 raise ToolError("bad_arguments", f"{self.name}: argument {key!r} must be {expected}, "
                                                   f"got {type(value).__name__} {value!r:.40}")
+            for text in (value if isinstance(value, list) else [value]):
+                if isinstance(text, str):
+                    _check_text(self.name, key, text)
         return args
+
+
+MAX_ARGUMENT_CHARS = 4 << 20  # a whole file's content may be big; a command line is held to less by the shell
+
+
+def _check_text(tool: str, key: str, text: str) -> None:
+    """A text argument a process and a file can take: no NUL byte, valid Unicode, a sane size."""
+    if "\0" in text:
+        raise ToolError("bad_arguments", f"{tool}: argument {key!r} holds a NUL byte, which no command or file "
+                                         "path can carry")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolError("bad_arguments", f"{tool}: argument {key!r} is not valid Unicode (a lone surrogate)") from None
+    if len(text) > MAX_ARGUMENT_CHARS:
+        raise ToolError("bad_arguments", f"{tool}: argument {key!r} has {len(text)} characters, over "
+                                         f"{MAX_ARGUMENT_CHARS}")
 
 
 def _is_type(value: Any, expected: str) -> bool:

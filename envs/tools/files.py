@@ -12,9 +12,10 @@ MAX_FILE_BYTES = 2 << 20
 MAX_VIEW_LINES = 800
 
 
-def _read_text(ctx: ToolContext, path: str) -> str:
+def _read_text(ctx: ToolContext, path: str, for_edit: bool = False) -> str:
+    """A file's text; ``for_edit``: refused when it would not come back whole (too large, not UTF-8)."""
     try:
-        data = ctx.sandbox.read_file(path, limit=MAX_FILE_BYTES)
+        data = ctx.sandbox.read_file(path, limit=MAX_FILE_BYTES + 1 if for_edit else MAX_FILE_BYTES)
     except FileNotFoundError as exc:
         if "directory" in str(exc):
             raise ToolError("is_directory", f"{path} is a directory") from None
@@ -23,6 +24,13 @@ def _read_text(ctx: ToolContext, path: str) -> str:
         raise ToolError("path_outside_repo" if "outside" in str(exc) else "bad_arguments", str(exc)) from None
     if looks_binary(data):
         raise ToolError("binary_file", f"{path} is a binary file ({len(data)} bytes); it cannot be shown as text")
+    if for_edit:
+        if len(data) > MAX_FILE_BYTES:
+            raise ToolError("file_too_large", f"{path} is over {MAX_FILE_BYTES} bytes; edit it with bash (sed)")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ToolError("not_utf8", f"{path} is not UTF-8 text; edit would change its bytes: use bash") from None
     return data.decode("utf-8", errors="replace")
 
 
@@ -94,7 +102,7 @@ def run_edit(ctx: ToolContext, args: dict) -> ToolResult:
     path, old, new = repo_path(args["path"]), args["old"], args["new"]
     if not old:
         raise ToolError("bad_arguments", "edit: old is empty; use create to write a whole file")
-    text = _read_text(ctx, path)
+    text = _read_text(ctx, path, for_edit=True)
     count = text.count(old)
     if count == 0:
         raise ToolError("no_match", f"edit: old text not found in {path}; it must match exactly, whitespace included")

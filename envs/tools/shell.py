@@ -21,10 +21,16 @@ def format_command_output(stdout: str, stderr: str, exit_code: int, timed_out: b
     return text if text.strip() else f"[no output, exit code {exit_code}]"
 
 
+MAX_COMMAND_BYTES = 100_000
+
+
 def run_bash(ctx: ToolContext, args: dict) -> ToolResult:
     command = args["command"]
     if not command.strip():
         raise ToolError("bad_arguments", "bash: command is empty")
+    if len(command.encode()) > MAX_COMMAND_BYTES:  # the kernel refuses longer single arguments (E2BIG)
+        raise ToolError("bad_arguments", f"bash: the command is {len(command.encode())} bytes, over "
+                                         f"{MAX_COMMAND_BYTES}; write long content with create, not the command line")
     timeout = args.get("timeout", ctx.command_timeout)
     if not 0 < timeout <= ctx.max_timeout:
         raise ToolError("bad_arguments", f"bash: timeout must be in (0, {ctx.max_timeout:g}] seconds, got {timeout}")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 
-from envs.sandbox.testrun import run_tests
-from envs.tools.base import Tool, ToolContext, ToolError, ToolResult
+from envs.sandbox.testrun import TestRunTimeout, run_tests
+from envs.tools.base import Tool, ToolContext, ToolError, ToolResult, repo_path
 
 
 def run_run_tests(ctx: ToolContext, args: dict) -> ToolResult:
@@ -12,7 +12,12 @@ def run_run_tests(ctx: ToolContext, args: dict) -> ToolResult:
     if not all(isinstance(t, str) and t.strip() and not t.startswith("-") for t in tests):
         raise ToolError("bad_arguments", "run_tests: tests must be test ids or paths like "
                                          "'tests/test_x.py::test_name', not options")
-    outcomes, log = run_tests(ctx.sandbox, ctx.task.test_command, tests, timeout=ctx.max_timeout)
+    for test in tests:
+        repo_path(test.split("::")[0])  # inside the repository, or path_outside_repo
+    try:
+        outcomes, log = run_tests(ctx.sandbox, ctx.task.test_command, tests, timeout=ctx.max_timeout)
+    except TestRunTimeout as exc:  # the agent's tests hung: its mistake, an observation (never infra_error)
+        return ToolResult(f"[{exc.message}; every process of the run was killed]", exit_code=1, error="timeout")
     counts: dict[str, int] = {}
     for outcome in outcomes.values():
         counts[outcome] = counts.get(outcome, 0) + 1
