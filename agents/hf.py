@@ -200,7 +200,7 @@ class HFAgent:
         """The whole conversation; assistant messages also hold their exact generated ``ids``."""
         self.traces: list[TokenTrace] = []
         self._view: dict[str, Any] = {}
-        self._pieces: dict[tuple, list[int]] = {}  # encoded observation pieces, by (finish, text)
+        self._pieces: dict[tuple, list[int]] = {}  # encoded answers, by (finish reason, last id, text)
         self._episode_seed = 0
 
     @classmethod
@@ -245,10 +245,7 @@ class HFAgent:
             raise ContextOverflow(len(prompt), limit)
         extends = self.traces and prompt[:len(self.ids)] == self.ids
         fed = prompt[len(self.ids):] if extends else prompt
-        c = self.config
-        seed = None if c.seed is None else c.seed + 1000 * self._episode_seed + len(self.traces)
-        params = SamplingParams(c.temperature, c.max_new_tokens, c.top_p, self.format.stop_token_ids, seed)
-        completion = self.engine.generate([prompt], params)[0]
+        completion = self.engine.generate([prompt], self._sampling(len(self.traces)))[0]
         self.ids = prompt + completion.ids
         self.traces.append(TokenTrace(fed, completion.ids, completion.logprobs, completion.finish_reason,
                                       int(getattr(self.engine, "version", 0)), new_context=bool(self.traces) and not extends))
@@ -285,10 +282,13 @@ class HFAgent:
 
     def _summarize(self, messages: list[dict[str, Any]]) -> str:
         """The model's summary for the ``summary`` context policy (not trained on: it is context, not an action)."""
+        return self.format.content(self.engine.generate([self.render(messages)], self._sampling(500 + len(self.traces)))[0].ids)
+
+    def _sampling(self, offset: int) -> SamplingParams:
+        """Sampling settings; the seed (when seeded) is base + 1000 * episode seed + ``offset``."""
         c = self.config
-        seed = None if c.seed is None else c.seed + 1000 * self._episode_seed + 500 + len(self.traces)
-        params = SamplingParams(c.temperature, c.max_new_tokens, c.top_p, self.format.stop_token_ids, seed)
-        return self.format.content(self.engine.generate([self.render(messages)], params)[0].ids)
+        seed = None if c.seed is None else c.seed + 1000 * self._episode_seed + offset
+        return SamplingParams(c.temperature, c.max_new_tokens, c.top_p, self.format.stop_token_ids, seed)
 
     def _context_limit(self) -> int | None:
         if self.config.max_context_tokens:
