@@ -257,7 +257,8 @@ class RepoTaskEnv(gym.Env):
             obs = f"error (internal_error): the tool failed unexpectedly ({type(exc).__name__}: {exc})"
             info["error"], info["internal_error"] = "internal_error", f"{type(exc).__name__}: {exc}"
         obs = truncate(clean_text(obs), self.config.observation_limit)
-        budget = None if terminated or truncated else self._over_budget(obs)
+        measured = self._measure(obs)  # tokenized once; again only if a budget's note is appended below
+        budget = None if terminated or truncated else self._over_budget(measured)
         if budget is not None:
             truncated = True
             info["truncation"] = budget
@@ -272,7 +273,7 @@ class RepoTaskEnv(gym.Env):
             if "eval" in info and info["eval"].get("status") == "infra_error":
                 info["infra_error"] = info["eval"].get("error")
         info["duration_s"] = round(time.monotonic() - start, 4)
-        info["usage"] = self._count(obs)
+        info["usage"] = self._count(obs, None if budget else measured)
         self._last_obs = obs
         # Absent rather than None: vector envs stack info values by type, and None breaks that.
         return obs, float(reward), terminated, truncated, {k: v for k, v in info.items() if v is not None}
@@ -283,23 +284,24 @@ class RepoTaskEnv(gym.Env):
             usage["observation_tokens"] = len(self._tokenizer.encode(obs, add_special_tokens=False))
         return usage
 
-    def _count(self, obs: str) -> dict[str, Any]:
-        """This observation's size and the episode's running totals (``info["usage"]``)."""
-        usage = self._measure(obs)
+    def _count(self, obs: str, measured: dict[str, int] | None = None) -> dict[str, Any]:
+        """This observation's size (``measured`` when already known) and the episode's running totals
+        (``info["usage"]``)."""
+        usage = measured or self._measure(obs)
         for key, value in usage.items():
             self._usage[key] += value
         self._usage["turns"] = self.turn
         self._usage["wall_s"] = round(time.monotonic() - self._started, 3)
         return {**usage, "episode": dict(self._usage)}
 
-    def _over_budget(self, obs: str) -> dict[str, Any] | None:
+    def _over_budget(self, measured: dict[str, int]) -> dict[str, Any] | None:
         """The first budget this step's observation would end (turns, observation tokens, wall time), or None."""
         c = self.config
         if self.turn >= c.max_turns:
             return {"reason": "turn_limit", "limit": c.max_turns, "used": self.turn,
                     "message": f"turn limit of {c.max_turns} reached"}
         if c.max_observation_tokens is not None:
-            used = self._usage["observation_tokens"] + self._measure(obs)["observation_tokens"]
+            used = self._usage["observation_tokens"] + measured["observation_tokens"]
             if used >= c.max_observation_tokens:
                 return {"reason": "observation_token_budget", "limit": c.max_observation_tokens, "used": used,
                         "message": f"observation token budget of {c.max_observation_tokens} reached ({used})"}
