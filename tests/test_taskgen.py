@@ -230,3 +230,35 @@ def test_generate_long_horizon_keeps_only_far_bugs(tmp_path):
         assert "deep/stats.py" in task.patch
     with pytest.raises(ConfigError, match="horizon"):
         GenerateConfig(horizon="short")
+
+
+def test_generate_drops_a_task_whose_fix_the_sandbox_can_read_and_keeps_the_rest(tmp_path):
+    """The project vendors a verbatim copy of ``textwrap.indent``: a mutation in it is restored by a line of the
+    standard library's ``textwrap.py``, which the agent's sandbox can read (the interpreter's ``sys.path``)."""
+    import inspect
+    import textwrap
+    from tests.conftest import require_backend
+    require_backend("local")  # the copy must be of the sandbox's own interpreter's standard library
+    copied = inspect.getsource(textwrap.indent)
+    root = _write(tmp_path, {
+        "vend/__init__.py": "",
+        "vend/core.py": ("def total(values):\n    result = 0\n    for value in values:\n        result = result + value\n"
+                         "    return result\n\n\ndef double(x):\n    return x * 2\n"),
+        "vend/_textwrap.py": copied,
+        "tests/test_vend.py": ("from vend._textwrap import indent\nfrom vend.core import double, total\n\n\n"
+                               "def test_total():\n    assert total([1, 2, 3]) == 6\n\n\n"
+                               "def test_double():\n    assert double(3) == 6\n\n\n"
+                               "def test_indent():\n    assert indent('a\\n\\nb\\n', '> ') == '> a\\n\\n> b\\n'\n"),
+    })
+    # One operator, so each function has one candidate, and a seen function cannot hide the leaking one.
+    config = GenerateConfig(max_tasks=10, sandbox="local", baseline_runs=1, pair_every=0, operators=("change_constant",))
+    progress = []
+    tasks, stats = generate(str(root), config, lambda *args: progress.append(args))
+    assert sorted(f for t in tasks for f in t.extra["taskgen"]["functions"]) == ["vend.core.double", "vend.core.total"]
+    assert stats["kept"] == 2 and stats["validated"] == stats["tried"] == 3
+    assert set(stats["invalid"]) == {"leak"} and stats["invalid"]["leak"] >= 1
+    (dropped,) = stats["invalid_tasks"]
+    assert [f.split(".")[:3] for f in dropped["functions"]] == [["vend", "_textwrap", "indent"]], dropped
+    assert dropped["reasons"] == ["leak"]
+    assert any(p.startswith("leak: ") and p.split()[1].endswith("/textwrap.py") for p in dropped["problems"]), dropped
+    assert progress[-1] == (str(root), 2, 10, {"leak": 1})

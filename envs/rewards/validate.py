@@ -4,7 +4,8 @@ Per task: grade the gold patch once and the empty patch three times (the baselin
 check (:func:`envs.rewards.leaks.find_leaks`) in a sandbox made as an episode's would be. Problems found:
 gold not resolved; a FAIL_TO_PASS test passing at base; a PASS_TO_PASS test failing at base; a way to the
 fix inside the agent's sandbox (``leak: ...``); tests whose baseline outcome changes between runs (flaky);
-infrastructure errors (reported apart, not as task bugs).
+infrastructure errors (reported apart, not as task bugs). Each verdict also names its failed checks in
+``reasons`` (short keys of :data:`REASONS`), so a caller such as the task generator can count drops by kind.
 """
 
 from __future__ import annotations
@@ -21,6 +22,16 @@ from envs.sandbox.base import Sandbox
 from envs.tasks.schema import Task
 
 BASELINE_RUNS = 3
+REASONS = {
+    "gold_unresolved": "the gold patch does not resolve the task",
+    "passes_without_fix": "a FAIL_TO_PASS test passes at the base commit (the empty patch is not a failure)",
+    "p2p_fails_at_base": "a PASS_TO_PASS test fails at the base commit",
+    "no_f2p": "the task has no FAIL_TO_PASS test",
+    "leak": "the agent's sandbox holds a way to the fix (the no-leak check)",
+    "flaky": "a test's baseline outcome changes between runs",
+    "infra_error": "the checks could not run (infrastructure, not the task)",
+}
+"""The checks a verdict can fail, by the key it names them with in :attr:`Validation.reasons`."""
 
 
 @dataclass
@@ -32,6 +43,16 @@ class Validation:
     flaky: list[str] = field(default_factory=list)
     infra_errors: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    reasons: list[str] = field(default_factory=list)
+    """The failed checks, each once, as keys of :data:`REASONS`; empty when ``ok``."""
+
+    def fail(self, reason: str, problem: str) -> None:
+        """Record ``problem`` under the check ``reason`` (a key of :data:`REASONS`)."""
+        if reason not in REASONS:
+            raise ValueError(f"expected a reason in {sorted(REASONS)}, got {reason!r}")
+        self.problems.append(problem)
+        if reason not in self.reasons:
+            self.reasons.append(reason)
 
     @property
     def ok(self) -> bool:
@@ -51,26 +72,30 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
             result.infra_errors.append(f"{label}: {record.error['where']}: {record.error['message']}")
     if leaks:
         try:
-            result.problems += [f"leak: {p}" for p in find_leaks(task, make_agent_sandbox or make_sandbox)]
+            for problem in find_leaks(task, make_agent_sandbox or make_sandbox):
+                result.fail("leak", f"leak: {problem}")
         except InfraError as exc:
             result.infra_errors.append(f"leak check: {exc.where}: {exc.message}")
     if result.infra_errors:
+        result.reasons.append("infra_error")
         result.duration_s = time.monotonic() - start
         return result
     if gold.status != RESOLVED:
         failing = [t for t, o in gold.tests.items() if o != "passed"]
-        result.problems.append(f"gold patch is {gold.status}: not passing {failing[:10]}"
-                               + (f" ({gold.error['message'][:300]})" if gold.error else ""))
+        result.fail("gold_unresolved", f"gold patch is {gold.status}: not passing {failing[:10]}"
+                    + (f" ({gold.error['message'][:300]})" if gold.error else ""))
     base = baselines[0]
     passing_f2p = [t for t in task.FAIL_TO_PASS if base.tests.get(t) == "passed"]
     failing_p2p = [t for t in task.PASS_TO_PASS if base.tests.get(t) != "passed"]
     if passing_f2p:
-        result.problems.append(f"FAIL_TO_PASS passes without the fix: {passing_f2p[:10]}")
+        result.fail("passes_without_fix", f"FAIL_TO_PASS passes without the fix: {passing_f2p[:10]}")
     if failing_p2p:
-        result.problems.append(f"PASS_TO_PASS fails at the base commit: {failing_p2p[:10]}")
+        result.fail("p2p_fails_at_base", f"PASS_TO_PASS fails at the base commit: {failing_p2p[:10]}")
     if not task.FAIL_TO_PASS:
-        result.problems.append("no FAIL_TO_PASS tests")
+        result.fail("no_f2p", "no FAIL_TO_PASS tests")
     result.flaky = sorted(t for t in base.tests if len({r.tests.get(t) for r in baselines}) > 1)
+    if result.flaky:
+        result.reasons.append("flaky")
     result.duration_s = time.monotonic() - start
     return result
 

@@ -8,7 +8,11 @@ makes at least one baseline-passing test fail; a second full run then fixes FAIL
 it breaks) and PASS_TO_PASS (the other passing tests). Harder tasks pair a mutation with a second one in
 a caller or in another file. The mutated tree is committed in the source repository as the base commit,
 a root commit with no parent (the unmutated code is never part of a base commit's history); the gold
-patch is the reverse diff.
+patch is the reverse diff. Last, each task is put through ``repogym validate``'s checks
+(:func:`envs.rewards.validate.validate_task`: the gold patch resolves, the empty patch fails, no test
+flips, and the no-leak check finds no way to the fix in a sandbox made as an episode's, say a verbatim
+copy of a standard-library function whose line the gold patch restores); a task that fails one is
+dropped, and the drops are counted by reason in ``stats["invalid"]`` and listed in ``stats["invalid_tasks"]``.
 
 ``horizon="long"`` keeps only long-horizon tasks (:mod:`.horizon`): mutations at least ``long_min_distance``
 calls from every test they break, outside the files those tests call into directly; kept tasks are marked
@@ -80,12 +84,20 @@ class GenerateConfig:
     """``"long"``: keep only long-horizon tasks (see :mod:`envs.taskgen.horizon`); ``"any"``: no such filter."""
     long_min_distance: int = 3
     """With ``horizon="long"``: fewest calls between a failing test and a mutated function."""
+    validate: bool = True
+    """Keep only tasks that pass ``repogym validate``'s checks (gold resolves, empty fails, no leak); ``False``
+    skips them (faster, for experiments: validate the suite before training on it)."""
+    validate_runs: int = 1
+    """Empty-patch gradings per validated task (``repogym validate`` does 3; the generator's own baseline
+    already ran ``baseline_runs`` times to find flaky tests)."""
 
     def __post_init__(self) -> None:
         if self.horizon not in HORIZONS:
             raise ConfigError(f"horizon: expected one of {HORIZONS}, got {self.horizon!r}")
         if self.long_min_distance < 1:
             raise ConfigError(f"long_min_distance: expected an integer >= 1, got {self.long_min_distance!r}")
+        if self.validate_runs < 1:
+            raise ConfigError(f"validate_runs: expected an integer >= 1, got {self.validate_runs!r}")
 
 
 @dataclass
@@ -95,8 +107,15 @@ class Candidate:
 
 
 def generate(source: str, config: GenerateConfig | None = None,
-             progress: Callable[[str, int, int], None] | None = None) -> tuple[list[Task], dict]:
-    """Generate tasks from ``source``; returns ``(tasks, stats)``."""
+             progress: Callable[[str, int, int, dict[str, int]], None] | None = None) -> tuple[list[Task], dict]:
+    """Generate tasks from ``source``; returns ``(tasks, stats)``.
+
+    ``progress(source, kept, wanted, invalid)`` is called after each tried mutation; ``invalid`` counts the
+    tasks validation dropped so far, by reason (keys of :data:`envs.rewards.validate.REASONS`).
+    ``stats``: counts of each stage (``tried``, ``kept``, ``no_failure``, ``timeouts``, ...), and with
+    ``config.validate``: ``validated``, ``invalid`` (drops by reason; a task failing two checks counts under
+    both), ``invalid_tasks`` (per dropped task: ``instance_id``, ``functions``, ``reasons``, ``problems``)
+    and ``validate_s``."""
     from envs.analysis import RepoIndex
     from envs.taskgen.mutations import OPERATORS, dedupe, find_mutations, sample_mutations
 
@@ -110,10 +129,15 @@ def generate(source: str, config: GenerateConfig | None = None,
         del setup["pip"]
     backend = config.sandbox or default_backend()
     sandbox_config = SandboxConfig(run_id="taskgen", hidden_paths=(str(repo.path),))
-    sandbox = sandbox_factory(backend, setup, sandbox_config)()
+    # One factory (one image) for the generator's sandbox and the validation's: it hides the source
+    # repository, as an episode's sandbox does, so the no-leak check sees what an agent would.
+    factory = sandbox_factory(backend, setup, sandbox_config)
+    sandbox = factory()
     stats = {"source": source, "backend": backend, "candidates": 0, "tried": 0, "kept": 0, "no_failure": 0}
     if config.horizon == "long":
         stats["not_long"] = 0
+    if config.validate:
+        stats.update(validated=0, invalid={}, invalid_tasks=[], validate_s=0.0)
     try:
         sandbox.load(snapshot_of(str(repo.path), repo.head))
         passing, flaky, slowest = baseline(sandbox, layout, config)
@@ -161,17 +185,34 @@ def generate(source: str, config: GenerateConfig | None = None,
             except NotLongHorizon:
                 stats["not_long"] += 1
                 continue
-            if progress:
-                progress(source, len(tasks) + (task is not None), config.max_tasks)
             if task is None:
                 stats["no_failure"] += 1
-                continue
-            seen_functions.add(key)
-            tasks.append(task)
+            elif not config.validate or _valid(task, factory, config, stats):
+                seen_functions.add(key)
+                tasks.append(task)
+            if progress:
+                progress(source, len(tasks), config.max_tasks, dict(stats.get("invalid", {})))
         stats["kept"] = len(tasks)
         return tasks, stats
     finally:
         sandbox.close()
+
+
+def _valid(task: Task, factory, config: GenerateConfig, stats: dict) -> bool:
+    """``repogym validate``'s verdict on ``task``, counted in ``stats``: ``True`` keeps it."""
+    from envs.rewards.validate import validate_task
+    verdict = validate_task(task, factory, runs=config.validate_runs)
+    stats["validated"] += 1
+    stats["validate_s"] = round(stats["validate_s"] + verdict.duration_s, 2)
+    if verdict.ok:
+        return True
+    for reason in verdict.reasons:
+        stats["invalid"][reason] = stats["invalid"].get(reason, 0) + 1
+    stats["invalid_tasks"].append({"instance_id": task.instance_id, "functions": task.extra["taskgen"]["functions"],
+                                   "reasons": list(verdict.reasons),
+                                   "problems": [p[:500] for p in verdict.problems + verdict.infra_errors]
+                                   + [f"flaky: {t}" for t in verdict.flaky]})
+    return False
 
 
 def baseline(sandbox, layout: Layout, config: GenerateConfig) -> tuple[set[str], set[str], float]:

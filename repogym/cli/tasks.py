@@ -26,6 +26,9 @@ def add_parser(sub) -> None:
     gen.add_argument("--pip", action="append", default=[], help="extra package the image needs (repeatable)")
     gen.add_argument("--sandbox", choices=["docker", "local"], default=None,
                      help="backend (default: docker when a daemon answers, else local)")
+    gen.add_argument("--no-validate", dest="validate", action="store_false",
+                     help="keep tasks without repogym validate's checks (gold resolves, empty fails, no leak); "
+                          "faster, for experiments")
     gen.add_argument("--horizon", choices=["any", "long"], default="any",
                      help="long: keep only bugs 3+ calls away from every test they break, in another file than "
                           "the code those tests call (marked horizon: long, with min_turns); default any")
@@ -66,13 +69,18 @@ def run_suites(args) -> int:
     return 0
 
 
-def progress_bar(source: str, kept: int, wanted: int) -> None:
-    """A one-line progress bar on stderr."""
+def progress_bar(source: str, kept: int, wanted: int, invalid: dict[str, int] | None = None) -> None:
+    """A one-line progress bar on stderr, with the tasks validation dropped so far."""
     import sys
     width = 30
     filled = int(width * min(kept, wanted) / max(1, wanted))
-    sys.stderr.write(f"\r{source[:40]:<40} [{'#' * filled}{'.' * (width - filled)}] {kept}/{wanted} tasks")
+    dropped = f", dropped: {_by_reason(invalid)}" if invalid else ""
+    sys.stderr.write(f"\r{source[:40]:<40} [{'#' * filled}{'.' * (width - filled)}] {kept}/{wanted} tasks{dropped}\033[K")
     sys.stderr.flush()
+
+
+def _by_reason(counts: dict[str, int]) -> str:
+    return ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items()))
 
 
 def _print_stats(stats: dict) -> None:
@@ -84,17 +92,27 @@ def _print_stats(stats: dict) -> None:
     if "not_long" in stats:
         print(f"{stats['not_long']} dropped as not long-horizon (a failing test near the bug, calling into its "
               f"file, or not linked to it in the call graph)")
+    if "validated" in stats:
+        dropped = len(stats["invalid_tasks"])
+        print(f"validation ({stats['validate_s']:.0f}s): {stats['validated'] - dropped}/{stats['validated']} tasks "
+              f"passed" + (f"; dropped by reason: {_by_reason(stats['invalid'])}" if dropped else ""))
+        for rejected in stats["invalid_tasks"]:
+            print(f"  dropped {rejected['instance_id']} ({', '.join(rejected['reasons'])}): "
+                  f"{rejected['problems'][0][:200] if rejected['problems'] else ''}")
+    else:
+        print("not validated: prove the tasks with repogym validate before using them")
 
 
 def run_generate(args) -> int:
     from envs.taskgen.generate import GenerateConfig, generate
     from envs.tasks.schema import save_tasks
     config = GenerateConfig(max_tasks=args.max_tasks, seed=args.seed, max_candidates=args.max_candidates,
-                            pip=args.pip, sandbox=args.sandbox, horizon=args.horizon)
+                            pip=args.pip, sandbox=args.sandbox, horizon=args.horizon, validate=args.validate)
     tasks, stats = generate(args.source, config, progress_bar)
     save_tasks(tasks, args.out)
     _print_stats(stats)
-    print(f"wrote {args.out}; prove it with: repogym validate --tasks {args.out}")
+    print(f"wrote {args.out} ({'validated' if config.validate else 'not validated'}; "
+          f"again, with 3 baseline runs: repogym validate --tasks {args.out})")
     return 0 if tasks else 1
 
 
