@@ -23,7 +23,7 @@ import gymnasium as gym
 
 from envs.actions import FORMAT_HINT, parse_action
 from envs.errors import ConfigError, InfraError, SandboxError, SandboxKilledByAgent
-from envs.rewards import UNRESOLVED, EvalRecord, grade
+from envs.rewards import INFRA_ERROR, UNRESOLVED, EvalRecord, grade
 from envs.rewards.components import EpisodeFacts, RewardConfig, compute_reward
 from envs.sandbox import SandboxConfig, SandboxRequestError, default_backend, sandbox_factory
 from envs.sandbox.pool import SandboxPool
@@ -36,6 +36,7 @@ from envs.tools.inspect import analyze_sandbox, tests_since_last_edit
 ENV_ID = "repogym/RepoTask-v0"
 _EMPTY_ANALYSIS = {"changed": [], "dependents": [], "tests": [], "syntax_errors": [], "unresolved": []}
 MAX_TEXT = 1 << 20
+LOAD_ATTEMPTS = 3  # sandboxes tried per reset before its infrastructure error is raised
 
 
 class AnyText(gym.spaces.Text):
@@ -176,28 +177,35 @@ class RepoTaskEnv(gym.Env):
             self._pools[task.env_key] = SandboxPool(self._factory(task), self.config.eval_pool_size)
         return self._pools[task.env_key]
 
-    def _load(self, task: Task) -> None:
+    def _load(self, task: Task) -> int:
+        """Load ``task`` into a clean sandbox; returns how many sandboxes had to be replaced on the way.
+
+        A sandbox that fails to start, or one a left-over process of the last episode broke (killed, full
+        disk), is replaced; after ``LOAD_ATTEMPTS`` tries the last infrastructure error is raised."""
         snap = snapshot(task)
-        for attempt in range(2):
-            sandbox = self._agent_sandbox(task)
+        last: Exception | None = None
+        for attempt in range(LOAD_ATTEMPTS):
             try:
+                sandbox = self._agent_sandbox(task)
                 if sandbox.snapshot_key == snap.key:
                     sandbox.reset()
                 else:
                     sandbox.load(snap)
                 if not sandbox.dirty_reason:
-                    return
-            # A left-over process of the last episode may have broken it (killed, full disk): a fresh one then.
+                    return attempt
             except (InfraError, SandboxRequestError, SandboxKilledByAgent) as exc:
-                if attempt:
-                    raise exc if isinstance(exc, InfraError) else SandboxError("env.reset", str(exc)) from exc
-            sandbox.dirty_reason = sandbox.dirty_reason or "reset failed"
+                last = exc
+            if self._sandbox is not None:
+                self._sandbox.dirty_reason = self._sandbox.dirty_reason or "reset failed"
+        if isinstance(last, InfraError):
+            raise last
+        raise SandboxError("env.reset", f"no clean sandbox after {LOAD_ATTEMPTS} tries: {last}")
 
     # -- gymnasium API --------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         super().reset(seed=seed)
         self.task = self._pick(options)
-        self._load(self.task)
+        restarts = self._load(self.task)
         self._grading_pool(self.task)  # start warming grading sandboxes while the agent works
         self.turn, self.well_formed, self._done = 0, 0, False
         self.ctx = ToolContext(self._sandbox, self.task, self.config.command_timeout, self.config.max_command_timeout)
@@ -209,7 +217,8 @@ class RepoTaskEnv(gym.Env):
         self._started = time.monotonic()
         info = {"task_id": self.task.instance_id, "repo": self.task.repo, "difficulty": self.task.difficulty,
                 "tools": self.tools_schema(), "max_turns": self.config.max_turns, "sandbox": self.backend,
-                "horizon": self.task.extra.get("horizon", "short"), "usage": self._count(obs)}
+                "horizon": self.task.extra.get("horizon", "short"), "usage": self._count(obs),
+                "sandbox_restarts": restarts}
         return obs, info
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict]:
@@ -328,11 +337,9 @@ class RepoTaskEnv(gym.Env):
     def _finish(self, why: str, info: dict[str, Any], record: EvalRecord | None = None) -> tuple[str, float]:
         """Grade the diff (or take ``record`` when nothing can be graded); fill ``info`` with eval, analysis
         and reward components; return (obs, reward)."""
+        patch = ""
         if record is None:
-            patch = self._sandbox.diff()
-            record = grade(self.task, patch, self._grading_pool(self.task).acquire, timeout=self.config.eval_timeout)
-        else:
-            patch = ""
+            record, patch = self._grade_diff()
         self.last_patch, self.last_eval = patch, record
         info["eval"] = record.to_dict()
         analysis = None
@@ -358,6 +365,24 @@ class RepoTaskEnv(gym.Env):
             summary += (f" (FAIL_TO_PASS {record.fail_to_pass['passed']}/{record.fail_to_pass['total']}, "
                         f"PASS_TO_PASS {record.pass_to_pass['passed']}/{record.pass_to_pass['total']})")
         return f"[{why}; evaluation: {summary}]", reward
+
+    def _grade_diff(self) -> tuple[EvalRecord, str]:
+        """The evaluation of the agent's diff; never raises. A diff that cannot be taken is the agent's doing
+        (``unresolved``) unless the sandbox was lost from outside (``infra_error``)."""
+        try:
+            patch = self._sandbox.diff()
+        except (SandboxRequestError, SandboxKilledByAgent) as exc:
+            self._sandbox.dirty_reason = self._sandbox.dirty_reason or f"diff failed: {exc}"
+            return EvalRecord(self.task.instance_id, UNRESOLVED, error={
+                "where": getattr(exc, "where", "env.diff"), "message": f"the diff could not be taken: {exc}"}), ""
+        except InfraError as exc:
+            self._sandbox.dirty_reason = self._sandbox.dirty_reason or str(exc)
+            return EvalRecord(self.task.instance_id, INFRA_ERROR, error={"where": exc.where, "message": exc.message}), ""
+        try:
+            return grade(self.task, patch, self._grading_pool(self.task).acquire, timeout=self.config.eval_timeout), patch
+        except Exception as exc:  # grade turns every failure into a record; this is a bug of ours: a 0, recorded
+            return EvalRecord(self.task.instance_id, UNRESOLVED, error={
+                "where": "env.grade", "message": f"internal error while grading: {type(exc).__name__}: {exc}"}), patch
 
     def render(self) -> str | None:
         return self._last_obs if self.render_mode == "ansi" else None

@@ -180,3 +180,48 @@ def test_dockerd_restart_mid_episode(tiny_task):
             subprocess.Popen(cmdline, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
             time.sleep(5)
+
+
+def test_a_sandbox_that_fails_to_start_is_infrastructure_replaced_and_counted(tiny_task, tmp_path, monkeypatch):
+    """A runner that exits at its first ping, before any command of the agent, is never blamed on the agent."""
+    from tests.conftest import require_backend
+    require_backend("local")
+    import envs.sandbox.local as local
+    failures = tmp_path / "failures"
+    failures.write_text("2")
+    flaky = tmp_path / "flaky_launch.py"
+    flaky.write_text(  # the first two starts die at once, as a runner starved on a loaded machine does
+        "import os, sys\n"
+        f"count = int(open({str(failures)!r}).read())\n"
+        "if count > 0:\n"
+        f"    open({str(failures)!r}, 'w').write(str(count - 1))\n"
+        "    sys.exit(1)\n"
+        f"os.execv(sys.executable, [sys.executable, '-I', {str(local.LAUNCHER)!r}, *sys.argv[1:]])\n")
+    monkeypatch.setattr(local, "LAUNCHER", flaky)
+    env = make_env("local", tiny_task)
+    try:
+        obs, info = env.reset()
+        assert info["sandbox_restarts"] == 2 and failures.read_text() == "0"
+        env.step(call("apply_patch", patch=tiny_task.patch))
+        obs, reward, term, *_ = env.step(call("submit"))
+        assert term and reward == 1.0, obs
+        failures.write_text("9")  # never starts: reset raises the infrastructure error, typed, with its cause
+        env._sandbox.dirty_reason = "replace it"
+        with pytest.raises(SandboxError, match="before any command"):
+            env.reset()
+    finally:
+        env.close()
+
+
+def test_a_rollout_worker_turns_any_exception_into_an_outcome(tiny_task, monkeypatch):
+    from trainer.fleet import EpisodeRequest, RolloutWorker, WorkerSpec
+    from envs.errors import SandboxKilledByAgent
+    worker = RolloutWorker(WorkerSpec(tasks=[tiny_task], env={"sandbox": "local"}, agent="null"))
+    for error in (SandboxKilledByAgent("sandbox.local.ping", "runner exited"), RuntimeError("a bug"),
+                  SandboxError("sandbox.local.start", "no bwrap")):
+        def broken_reset(self, *, seed=None, options=None, error=error):
+            raise error
+        monkeypatch.setattr(RepoTaskEnv, "reset", broken_reset)
+        outcome = worker.run(EpisodeRequest(task_id=tiny_task.instance_id, seed=0))
+        assert outcome.status == "infra_error" and math.isnan(outcome.reward)
+        assert outcome.error["message"].endswith(str(error.message if hasattr(error, "message") else error))

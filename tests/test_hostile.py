@@ -217,3 +217,130 @@ def test_an_attack_in_one_episode_leaves_another_unaffected(backend, tiny_task):
     finally:
         attacker.close()
         victim.close()
+
+
+# -- issue 17: the runner never runs the agent's git configuration, and a sandbox keeps nothing of the host ---------
+
+# A program the agent plants and then names in git's configuration: if anything outside the agent's own commands
+# ever runs it, it leaves evidence in /tmp (the sandbox's) and tries to reach beyond the sandbox: back to root
+# through the runner's saved uid (docker), a read-write remount of the host's interpreter (local), PID 1.
+EVIL = r"""#!/bin/sh
+{ echo "ran uid=$(id -u) $(grep CapEff /proc/self/status)"; } >> /tmp/evil-ran 2>&1
+python3 - "@PREFIX@" >> /tmp/evil-ran 2>&1 <<'PY'
+import os, subprocess, sys
+try:
+    os.setresuid(0, 0, 0); print("became root")
+except OSError as exc:
+    print("no root:", exc)
+prefix = sys.argv[1] if len(sys.argv) > 1 else ""
+if prefix:
+    subprocess.run(["mount", "-o", "remount,rw,bind", prefix], capture_output=True)
+    try:
+        open(os.path.join(prefix, "repogym-hostile-canary"), "w").write("pwned")
+        print("wrote host file")
+    except OSError as exc:
+        print("no host write:", exc)
+PY
+cat
+"""
+
+GIT_ATTACKS = {
+    "filter": "git config filter.x.clean /tmp/evil.sh && git config filter.x.smudge /tmp/evil.sh && "
+              "echo '* filter=x' > .gitattributes",
+    "filter_required": "git config filter.x.clean /tmp/evil.sh && git config filter.x.required true && "
+                       "echo '*.py filter=x' > .gitattributes",
+    "diff_external": "git config diff.external /tmp/evil.sh",
+    "textconv": "git config diff.x.textconv /tmp/evil.sh && echo '*.py diff=x' > .gitattributes",
+    "fsmonitor": "git config core.fsmonitor /tmp/evil.sh",
+    "hooks": "mkdir -p /tmp/hooks && for h in pre-commit post-checkout post-index-change reference-transaction; "
+             "do cp /tmp/evil.sh /tmp/hooks/$h; done && git config core.hooksPath /tmp/hooks",
+    "include": "printf '[filter \"x\"]\\n\\tclean = /tmp/evil.sh\\n' > /tmp/inc && git config include.path /tmp/inc "
+               "&& echo '* filter=x' > .gitattributes",
+    "global_config": "printf '[core]\\n\\tfsmonitor = /tmp/evil.sh\\n[filter \"x\"]\\n\\tclean = /tmp/evil.sh\\n' "
+                     "> ~/.gitconfig && echo '* filter=x' > .gitattributes",
+    "dot_git_file": "cp -r .git /tmp/g && git --git-dir=/tmp/g config filter.x.clean /tmp/evil.sh && rm -rf .git "
+                    "&& echo 'gitdir: /tmp/g' > .git && echo '* filter=x' > .gitattributes",
+    "dot_git_link": "cp -r .git /tmp/g && git --git-dir=/tmp/g config core.fsmonitor /tmp/evil.sh && rm -rf .git "
+                    "&& ln -s /tmp/g .git",
+    "commondir": "mkdir -p /tmp/c && cp .git/config /tmp/c/config && git config -f /tmp/c/config core.fsmonitor "
+                 "/tmp/evil.sh && echo /tmp/c > .git/commondir",
+}
+
+
+@pytest.mark.parametrize("attack", sorted(GIT_ATTACKS))
+def test_the_runner_never_runs_the_agents_git_configuration(env, tiny_task, attack):
+    import sys
+    prefix = sys.prefix if env.backend == "local" else ""
+    env._sandbox.write_file("evil.sh", EVIL.replace("@PREFIX@", prefix).encode())
+    bash(env, f"mv evil.sh /tmp/evil.sh && chmod +x /tmp/evil.sh && {GIT_ATTACKS[attack]}")
+    # Every route by which the runner touches git: an edit (tree id), diff, a test run, and grading.
+    for action in (call("create", path="calc/extra.py", content="X = 1\n"), call("diff"),
+                   call("edit", path="calc/extra.py", old="X = 1", new="X = 2"), call("inspect_diff")):
+        obs, reward, term, trunc, info = env.step(action)
+        assert not term and not trunc and "infra_error" not in info, obs
+    assert_healthy(env)
+    evidence = bash(env, "cat /tmp/evil-ran 2>/dev/null; echo end")[0]
+    assert evidence.strip() == "end", f"the agent's program ran outside its commands: {evidence}"
+    assert not os.path.exists(os.path.join(prefix or "/nonexistent", "repogym-hostile-canary"))
+    # The gold patch still resolves beside the attack, and the next episode starts clean.
+    env.step(call("apply_patch", patch=tiny_task.patch))
+    obs, reward, term, trunc, info = env.step(call("submit"))
+    assert term and reward == 1.0 and info["eval"]["status"] == "resolved", obs
+    assert bash_after_reset(env, "cat /tmp/evil-ran 2>/dev/null; git config --get filter.x.clean; "
+                                 "git config --get core.fsmonitor; echo end").strip() == "end"
+
+
+def bash_after_reset(env, command):
+    env.reset()
+    return bash(env, command)[0]
+
+
+def test_a_broken_diff_at_the_turn_limit_is_the_agents_zero_not_an_exception(backend, tiny_task):
+    env = RepoTaskEnv(task=tiny_task, sandbox=backend, max_turns=3,
+                      config=EnvConfig(sandbox_config=LIMITS, eval_pool_size=0))
+    try:
+        for attack in ("chmod 000 .git", "rm -rf .git && mkdir .git && chmod 000 .git"):
+            env.reset()
+            env.step(call("apply_patch", patch=tiny_task.patch))
+            env.step(call("bash", command=attack))
+            obs, reward, term, trunc, info = env.step(call("bash", command="echo last"))  # the turn limit
+            assert trunc and reward in (0.0, 1.0) and not info.get("exclude"), obs
+            assert info["eval"]["status"] in ("resolved", "unresolved") and "infra_error" not in info
+    finally:
+        env.close()
+
+
+def test_the_hosts_environment_is_not_in_the_sandbox(backend, tiny_task, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_host_secret_123")
+    monkeypatch.setenv("REPOGYM_HOST_SECRET", "host-secret-456")
+    env = RepoTaskEnv(task=tiny_task, sandbox=backend, config=EnvConfig(sandbox_config=LIMITS, eval_pool_size=0))
+    try:
+        env.reset()
+        obs = bash(env, "env; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'; echo end")[0]
+        assert "host_secret" not in obs and "host-secret" not in obs and "HF_TOKEN" not in obs, obs
+        assert "PATH=" in obs and "HOME=" in obs
+    finally:
+        env.close()
+
+
+def test_nothing_survives_a_reset_or_a_switch_to_another_task(backend, tiny_task):
+    from dataclasses import replace
+    other = replace(tiny_task, instance_id="tiny__calc-other",
+                    base_commit=tiny_task.base_commit + "~1")  # another snapshot, same environment
+    env = RepoTaskEnv(tasks=[tiny_task, other], sandbox=backend,
+                      config=EnvConfig(sandbox_config=LIMITS, eval_pool_size=0))
+    plant = ("for d in /tmp /dev/shm $HOME /var/tmp; do touch $d/planted 2>/dev/null; done; "
+             "python3 -c \"import sysv_ipc\" 2>/dev/null; "
+             "(sleep 1000 &) ; ls /tmp/planted /dev/shm/planted $HOME/planted")
+    check = "ls /tmp /dev/shm $HOME /var/tmp 2>/dev/null | grep -c planted; pgrep -c 'sleep 1000'; true"
+    try:
+        for switch_to in (tiny_task, other, tiny_task):
+            env.reset(options={"task_id": tiny_task.instance_id if switch_to is other else other.instance_id})
+            obs = bash(env, plant)[0]
+            assert "No such file" not in obs, obs  # every scratch place was writable
+            env.reset(options={"task_id": switch_to.instance_id})
+            assert bash(env, check)[0].split() == ["0", "0"]
+        size = bash(env, "df -k /dev/shm | tail -1")[0].split()[1]
+        assert int(size) <= 256 * 1024, size  # its own size-limited tmpfs, not half the host's memory
+    finally:
+        env.close()

@@ -184,13 +184,17 @@ class RolloutWorker:
             return EpisodeOutcome(request, result.status, result.reward, result.turns, time.monotonic() - start,
                                   generate_s, tokens, self.worker_id, trajectory, result.eval.get("error"),
                                   result.info.get("reward_components", {}))
-        except InfraError as exc:
+        except Exception as exc:  # a bad rollout is data, never a dead worker: the episode is dropped, not learned
             if slot["env"] is not None:
-                slot["env"].close()
+                try:
+                    slot["env"].close()
+                except Exception:
+                    pass
                 slot["env"] = None
+            error = ({"where": exc.where, "message": exc.message} if isinstance(exc, InfraError) else
+                     {"where": "fleet.worker", "message": f"{type(exc).__name__}: {exc}"})
             return EpisodeOutcome(request, "infra_error", float("nan"), 0, time.monotonic() - start, 0.0,
-                                  worker=self.worker_id, trajectory=trajectory,
-                                  error={"where": exc.where, "message": exc.message})
+                                  worker=self.worker_id, trajectory=trajectory, error=error)
         finally:
             self._slots.put(slot)
 
@@ -281,6 +285,9 @@ class RayFleet:
                 if self.workers[index] is worker:  # the first of its failed episodes replaces it
                     self._replace(index)
                 self.submit([request])
+            except self.ray.exceptions.RayTaskError as exc:  # `run` returns failures as outcomes; this is a last net
+                results.append(EpisodeOutcome(request, "infra_error", float("nan"), 0, 0.0, 0.0, worker=index,
+                                              error={"where": "fleet.worker", "message": str(exc)[-2000:]}))
         return results
 
     def _replace(self, index: int) -> None:

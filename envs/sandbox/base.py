@@ -66,6 +66,8 @@ class SandboxConfig:
     """Host paths the local backend hides from the sandbox (e.g. a task's source repository)."""
     answer_slack: float = 30.0
     """Seconds past a command's own timeout to wait for the runner's answer before calling it hung."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment variables set in every sandbox; nothing of the host's environment is passed in."""
 
 
 @runtime_checkable
@@ -112,6 +114,8 @@ class RunnerClient:
         """:meth:`tree_id` of the base commit (set by :meth:`load`)."""
         self.dirty_reason: str | None = None
         """Set when a reset cannot be trusted to restore the sandbox (dead runner, failed request)."""
+        self.agent_ran = False
+        """Whether any command ran in this sandbox: before that, nothing the agent did can explain a failure."""
         self._lock = threading.Lock()
         self._next_id = 0
         self._closed = False
@@ -126,8 +130,9 @@ class RunnerClient:
     def _shutdown(self) -> None:
         raise NotImplementedError
 
-    def _died_from_inside(self) -> bool:
-        """After the runner exited: was it killed from inside the sandbox (the agent) rather than from outside?"""
+    def _outside_cause(self) -> str | None:
+        """After the runner exited or stopped answering: the cause outside the sandbox that the backend can show
+        (killed, paused or stopped from outside, the daemon restarted), or ``None`` when there is none."""
         raise NotImplementedError
 
     # -- requests -------------------------------------------------------------------------------------
@@ -145,8 +150,8 @@ class RunnerClient:
                     answer = json.loads(self._recv_line(deadline))
                     if answer.get("id") == rid:
                         break
-            except (RunnerExited, BrokenPipeError, ConnectionError) as exc:
-                self.dirty_reason = f"runner exited during {op}: {exc}"
+            except (RunnerExited, RunnerTimeout, BrokenPipeError, ConnectionError) as exc:
+                self.dirty_reason = f"runner lost during {op}: {exc}"
                 raise self._blame(op, exc) from exc
             except SandboxError as exc:
                 self.dirty_reason = str(exc)
@@ -159,24 +164,32 @@ class RunnerClient:
         return answer
 
     def _blame(self, op: str, exc: Exception) -> Exception:
-        """The error to raise for a runner that exited: the agent's doing, or the infrastructure's."""
+        """The error to raise for a runner that exited or hung: the agent's doing, or the infrastructure's.
+
+        Before any command ran, nothing the agent did can explain it: infrastructure. Afterwards it is the
+        agent's (reward 0, never an exclusion a failing policy could learn to ask for) unless the backend shows
+        a cause outside the sandbox."""
         where = f"sandbox.{self.backend}.{op}"
+        if not self.agent_ran:
+            return SandboxError(where, f"{exc}, before any command of the agent ran")
         try:
-            inside = self._died_from_inside()
-        except Exception:  # the backend cannot tell (daemon gone): infrastructure
-            inside = False
-        if inside:
-            return SandboxKilledByAgent(where, f"{exc}; the sandbox is still up, so a command inside it killed it")
-        return exc if isinstance(exc, SandboxError) else SandboxError(where, f"runner channel broke: {exc}")
+            cause = self._outside_cause()
+        except Exception as err:  # the backend cannot even be asked (daemon gone): infrastructure
+            cause = f"the backend does not answer ({type(err).__name__}: {err})"
+        if cause is None:
+            return SandboxKilledByAgent(where, f"{exc}; no cause outside the sandbox, so a command inside it did it")
+        return SandboxError(where, f"{exc}; {cause}")
 
     def load(self, snapshot: RepoSnapshot) -> None:
-        answer = self.request("load", tar=base64.b64encode(snapshot.tar).decode(), wait=120)
+        answer = self.request("load", tar=base64.b64encode(snapshot.tar).decode(), scratch=list(self.scratch_dirs),
+                              wait=240)
         self.snapshot_key, self.base_tree = snapshot.key, answer["tree"]
 
     def run(self, command: str, *, timeout: float | None = None, cwd: str | None = None,
             output_limit: int | None = None, env: dict[str, str] | None = None) -> CommandResult:
         timeout = self.config.default_timeout if timeout is None else float(timeout)
         limit = self.config.output_limit if output_limit is None else int(output_limit)
+        self.agent_ran = True  # from now on the agent's processes may be what breaks this sandbox
         a = self.request("run", cmd=command, timeout=timeout, cwd=cwd, limit=limit, env=env or {},
                          wait=timeout + self.config.answer_slack)
         return CommandResult(a["stdout"], a["stderr"], a["exit_code"], a["timed_out"], a["duration"], a["truncated"])
@@ -195,14 +208,14 @@ class RunnerClient:
     def reset(self) -> None:
         if self.snapshot_key is None:
             raise SandboxError(f"sandbox.{self.backend}.reset", "nothing loaded to reset to")
-        self.request("reset", scratch=list(self.scratch_dirs), wait=120)
+        self.request("reset", scratch=list(self.scratch_dirs), wait=240)
 
     def diff(self) -> str:
-        return self.request("diff")["diff"]
+        return self.request("diff", wait=150)["diff"]
 
     def tree_id(self) -> str:
         """A fingerprint of the working tree's content: it changes exactly when :meth:`diff` would."""
-        return self.request("tree")["tree"]
+        return self.request("tree", wait=150)["tree"]
 
     def close(self) -> None:
         if not self._closed:
@@ -218,6 +231,10 @@ class RunnerClient:
 
 class RunnerExited(SandboxError):
     """The runner's output stream ended: it exited or was killed."""
+
+
+class RunnerTimeout(SandboxError):
+    """The runner did not answer in time (frozen from outside, or starved by what runs inside)."""
 
 
 class SandboxRequestError(RuntimeError):

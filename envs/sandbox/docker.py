@@ -25,7 +25,7 @@ import time
 import uuid
 
 from envs.errors import SandboxError, SandboxUnavailable
-from envs.sandbox.base import REPO_DIR, WRITABLE, RunnerClient, RunnerExited, SandboxConfig
+from envs.sandbox.base import REPO_DIR, WRITABLE, RunnerClient, RunnerExited, RunnerTimeout, SandboxConfig
 from envs.sandbox.owner import owner_labels
 
 LABEL = "repogym"
@@ -81,9 +81,10 @@ class DockerSandbox(RunnerClient):
                        for path, size in WRITABLE.items()},
                 # SETUID/SETGID only so the root runner can take the agent's uid; commands have no capability.
                 cap_drop=["ALL"], cap_add=["SETUID", "SETGID"], security_opt=["no-new-privileges"],
-                environment={"HOME": "/home/agent", "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"})
+                environment={"HOME": "/home/agent", "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8",
+                             **self.config.env})
             api = self.client.api
-            exec_id = api.exec_create(self.container.id, ["python3", f"{self.inside_dir}/runner.py", REPO_DIR],
+            exec_id = api.exec_create(self.container.id, ["python3", "-I", f"{self.inside_dir}/runner.py", REPO_DIR],
                                       stdin=True, stdout=True, stderr=True, user="root",
                                       environment={"REPOGYM_AGENT_UID": str(AGENT_UID)})["Id"]
             stream = api.exec_start(exec_id, socket=True)
@@ -119,7 +120,7 @@ class DockerSandbox(RunnerClient):
                 break
             left = deadline - time.monotonic()
             if left <= 0:
-                raise SandboxError("sandbox.docker", f"runner in {self.name} did not answer in time")
+                raise RunnerTimeout("sandbox.docker", f"runner in {self.name} did not answer in time")
             ready, _, _ = select.select([self._sock], [], [], left)
             if ready:
                 chunk = self._sock.recv(1 << 20)
@@ -137,16 +138,38 @@ class DockerSandbox(RunnerClient):
         except Exception as exc:
             return f"container gone: {exc}"
 
-    def _died_from_inside(self) -> bool:
-        # Only the agent's processes can end the runner while the container (whose main process is root) runs.
-        # A container killed from outside closes the runner's stream a moment before its state says so.
-        deadline = time.monotonic() + 3.0
-        while time.monotonic() < deadline:
+    def _outside_cause(self) -> str | None:
+        # The agent cannot signal PID 1 or the root runner, pause or stop its container: a container paused,
+        # killed or stopped through the API (docker's own events say so), or forgotten by a restarted daemon
+        # (its events no longer know the container's start), is the infrastructure's. Anything else (the
+        # container still running, or dead with no such record) is what the agent's processes did.
+        deadline = time.monotonic() + 3.0  # a container killed from outside closes the stream just before its state says so
+        while True:
             self.container.reload()
-            if self.container.attrs["State"]["Status"] != "running":
-                return False
+            state = self.container.attrs["State"]
+            if state.get("Paused"):
+                return "its container was paused from outside"
+            if state["Status"] != "running" or time.monotonic() > deadline:
+                break
             time.sleep(0.25)
-        return True
+        if state["Status"] == "running":
+            return None
+        actions = self._events()
+        if "start" not in actions:
+            return f"container {state['Status']}: the Docker daemon no longer knows its start (restarted)"
+        outside = sorted(actions & {"kill", "stop", "pause", "destroy", "restart"})
+        if outside:
+            return f"container {state['Status']}, by docker {'/'.join(outside)} from outside"
+        return None
+
+    def _events(self) -> set[str]:
+        """The actions docker recorded for this container since it was made (the daemon keeps recent ones)."""
+        created = int(self.container.labels.get(f"{LABEL}.created", "0")) - 5
+        found = set()
+        for event in self.client.events(since=max(created, 0), until=int(time.time()) + 1, decode=True,
+                                        filters={"container": self.container.id}):
+            found.add(str(event.get("status") or event.get("Action") or "").split(":")[0])
+        return found
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def _shutdown(self) -> None:

@@ -21,9 +21,9 @@ checks for that).
 from __future__ import annotations
 
 import functools
+import json
 import os
 import select
-import shlex
 import shutil
 import stat
 import subprocess
@@ -33,14 +33,20 @@ import uuid
 from pathlib import Path
 
 from envs.errors import SandboxError, SandboxUnavailable
-from envs.sandbox.base import INSIDE_DIR, REPO_DIR, WRITABLE, RunnerClient, RunnerExited, SandboxConfig
+from envs.sandbox.base import INSIDE_DIR, REPO_DIR, WRITABLE, RunnerClient, RunnerExited, RunnerTimeout, SandboxConfig
 from envs.sandbox.cgroups import Cgroup, parse_bytes
+from envs.sandbox.local_launch import HOST_UID
 from envs.tasks.repos import cache_dir
 from envs.tasks.suites import task_repos_dir
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 INSIDE_MOUNT = "/.repogym"
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc")
+SANDBOX_UID = 1000  # the agent's uid inside; outside it is HOST_UID (run as root) or the caller's own uid
+LAUNCHER = Path(__file__).resolve().parent / "local_launch.py"
+STAGE_DIR = Path("/run/repogym-stage")  # mounted over, privately, by the launcher; never written on the host
+# The writable places of a local sandbox, each its own size-limited tmpfs (home is /tmp).
+LOCAL_WRITABLE = {"/repo": WRITABLE["/repo"], "/tmp": WRITABLE["/tmp"], "/dev/shm": "64m"}
 
 
 def available() -> str | None:
@@ -78,6 +84,7 @@ class LocalSandbox(RunnerClient):
 
     backend = "local"
     inside_dir = INSIDE_MOUNT
+    scratch_dirs = ("/tmp", "/dev/shm")
 
     def __init__(self, config: SandboxConfig | None = None):
         super().__init__(config)
@@ -93,7 +100,18 @@ class LocalSandbox(RunnerClient):
         except OSError as exc:
             self.limits = {"none": f"no cgroup could be made here ({exc}); processes, memory and CPU are unlimited"}
         python_prefix = Path(sys.prefix).resolve()
-        cmd = ["bwrap", "--die-with-parent", "--unshare-all", "--new-session"]
+        binds: dict[str, str] = {}  # placeholder -> host folder, staged by the launcher when run as root
+
+        def ro_bind(source: Path | str, dest: Path | str) -> list[str]:
+            placeholder = f"@STAGE{len(binds)}@"
+            binds[placeholder] = str(source)
+            return ["--ro-bind", placeholder, str(dest)]
+
+        # A user namespace of its own: the sandbox's user (SANDBOX_UID inside) is an unprivileged host user
+        # (the launcher drops to it when run as root), with no capabilities, so no route the agent finds can
+        # remount a read-only folder or act as root on the host.
+        cmd = ["bwrap", "--die-with-parent", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID),
+               "--gid", str(SANDBOX_UID), "--cap-drop", "ALL", "--new-session"]
         # The root is bwrap's own tmpfs; only the system folders are mounted on it (read-only), so the home
         # folder, /work, /opt and the rest of the host simply are not there.
         mounted = []
@@ -106,33 +124,41 @@ class LocalSandbox(RunnerClient):
                 mounted.append(entry)
         for path in _private_system_files():
             cmd += ["--ro-bind", "/dev/null", path]
+        # /dev read-only but for its own size-limited /dev/shm, emptied by reset and load like /tmp.
         cmd += ["--dev", "/dev", "--proc", "/proc"]
-        for path in ("/tmp", REPO_DIR):
-            cmd += ["--size", str(parse_bytes(WRITABLE[path])), "--tmpfs", path]
+        for path in ("/tmp", REPO_DIR, "/dev/shm"):
+            cmd += ["--size", str(parse_bytes(LOCAL_WRITABLE[path])), "--tmpfs", path]
+        cmd += ["--remount-ro", "/dev"]
         # The interpreter that runs tests (a venv, maybe in the project's checkout, the home folder or under
         # the host's /tmp) is mounted, read-only, too; hidden paths inside what is mounted are emptied, and a
         # prefix inside a hidden path is put back on top.
         prefixes = sorted({python_prefix, Path(sys.base_prefix).resolve()})
         for prefix in prefixes:
             if not any(prefix.is_relative_to(m) for m in mounted):
-                cmd += ["--ro-bind", str(prefix), str(prefix)]
+                cmd += ro_bind(prefix, prefix)
         hidden = [p for p in _hidden_paths(self.config.hidden_paths)
                   if any(p.is_relative_to(m) for m in mounted + prefixes)]
         for path in hidden:
             cmd += ["--tmpfs", str(path)]
         for prefix in prefixes:
             if any(prefix.is_relative_to(h) for h in hidden):
-                cmd += ["--ro-bind", str(prefix), str(prefix)]
+                cmd += ro_bind(prefix, prefix)
         # The root is bwrap's tmpfs holding the /bin, /lib symlinks: read-only, or `rm -rf /` breaks every exec.
-        cmd += ["--ro-bind", str(INSIDE_DIR), INSIDE_MOUNT, "--remount-ro", "/", "--chdir", REPO_DIR,
-                "--setenv", "HOME", "/tmp", "--setenv", "PATH", f"{python_prefix}/bin:/usr/local/bin:/usr/bin:/bin",
-                "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "REPOGYM_NEST", "1", "--unsetenv", "VIRTUAL_ENV",
-                sys.executable, f"{INSIDE_MOUNT}/runner.py", REPO_DIR]
-        if self.cgroup is not None:  # join the cgroup before exec, so no child of bwrap starts outside it
-            join = " && ".join(f"echo $$ > {shlex.quote(f)}" for f in self.cgroup.procs_files)
-            cmd = ["/bin/sh", "-c", f'{join} && exec "$@"', "sh", *cmd]
+        # The environment is cleared: nothing of the host's (tokens, keys) reaches the sandbox.
+        cmd += [*ro_bind(INSIDE_DIR, INSIDE_MOUNT), "--remount-ro", "/", "--chdir", REPO_DIR, "--clearenv"]
+        for key, value in {"HOME": "/tmp", "PATH": f"{python_prefix}/bin:/usr/local/bin:/usr/bin:/bin",
+                           "LANG": "C.UTF-8", "TERM": "dumb", "PYTHONDONTWRITEBYTECODE": "1", "REPOGYM_NEST": "1",
+                           **self.config.env}.items():
+            cmd += ["--setenv", key, value]
+        cmd += [sys.executable, "-I", f"{INSIDE_MOUNT}/runner.py", REPO_DIR]
+        spec = {"procs": self.cgroup.procs_files if self.cgroup is not None else [], "binds": binds,
+                "stage": str(STAGE_DIR), "uid": HOST_UID if os.geteuid() == 0 else None}
+        if os.geteuid() == 0:
+            STAGE_DIR.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-I", str(LAUNCHER), json.dumps(spec), "--", *cmd]
         try:
-            self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"})
         except OSError as exc:
             if self.cgroup is not None:
                 self.cgroup.close()
@@ -140,10 +166,11 @@ class LocalSandbox(RunnerClient):
         self._buf = b""
         try:
             self.request("ping", wait=20)
-        except SandboxError:
+        except SandboxError as exc:  # nothing of the agent's has run here: infrastructure, never the agent's
             err = self._proc.stderr.read1(4096).decode(errors="replace") if self._proc.poll() is not None else ""
             self.close()
-            raise SandboxUnavailable("sandbox.local", f"bwrap failed to start: {err.strip() or 'no answer'}")
+            raise SandboxError("sandbox.local.start", f"the sandbox did not start ({exc.message}): "
+                                                      f"{err.strip() or 'no message'}") from exc
 
     def _send(self, data: bytes) -> None:
         self._proc.stdin.write(data)
@@ -154,7 +181,7 @@ class LocalSandbox(RunnerClient):
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise SandboxError("sandbox.local", "runner did not answer in time")
+                raise RunnerTimeout("sandbox.local", "runner did not answer in time")
             ready, _, _ = select.select([fd], [], [], left)
             if ready:
                 chunk = os.read(fd, 1 << 20)
@@ -170,10 +197,20 @@ class LocalSandbox(RunnerClient):
         except subprocess.TimeoutExpired:
             return None
 
-    def _died_from_inside(self) -> bool:
-        # bwrap exits with its child's status when the runner dies inside; killed from outside, it has a signal.
+    def _outside_cause(self) -> str | None:
+        # bubblewrap exits with its child's status when the runner dies inside; a signal means from outside
+        # (the host, its OOM killer). Frozen (SIGSTOP from the host), it is in state T and did not exit.
+        if self._proc.poll() is None:
+            try:
+                with open(f"/proc/{self._proc.pid}/stat") as fh:
+                    state = fh.read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                state = "?"
+            return "bubblewrap was stopped from outside" if state in ("T", "t") else None
         code = self._wait_code()
-        return code is not None and code >= 0
+        if code is None or code < 0:
+            return f"bubblewrap was killed from outside (signal {-code if code else '?'})"
+        return None
 
     def _shutdown(self) -> None:
         if self._proc.poll() is None:

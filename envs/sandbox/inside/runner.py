@@ -33,9 +33,20 @@ import time
 
 ROOT = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else "/repo")
 GIT_ID = ["-c", "user.name=repogym", "-c", "user.email=agent@repogym.invalid", "-c", "commit.gpgsign=false",
-          "-c", "init.defaultBranch=main", "-c", "core.hooksPath=/dev/null", "-c", "gc.auto=0"]
+          "-c", "init.defaultBranch=main", "-c", "gc.auto=0"]
+# The runner's own git never runs a program the agent named: no hooks, no fsmonitor, no pager; with the
+# repository's config put back (see _sanitize_git), no filter, textconv or external diff driver is defined.
+GIT_SAFE = ["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false",
+            "-c", "core.attributesFile=/dev/null", "-c", "core.pager=cat", "-c", "protocol.allow=never"]
+GIT_ENV = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": "/nonexistent", "LANG": "C.UTF-8",
+           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_ATTR_NOSYSTEM": "1",
+           "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"}
+GIT_TIMEOUT = 45.0  # per git call; a repository the agent made slow to stage is the agent's, never a hung runner
+# What .git keeps between the runner's git calls; everything else in it (config, hooks, info/attributes,
+# commondir, worktrees, alternates) is the agent's and is put back or removed first.
+GIT_KEEP = {"HEAD", "index", "objects", "refs", "logs", "packed-refs", "ORIG_HEAD", "COMMIT_EDITMSG"}
 BASE_TAG = "repogym-base"
-_BASE = {"commit": None, "git": None}  # the base commit id and a tar of the pristine .git, set by load()
+_BASE = {"commit": None, "git": None, "config": None}  # base commit id, tar of the pristine .git, its config
 AGENT = {"uid": None, "prefix": []}  # the uid commands run as; the nested-namespace launcher, if any
 
 
@@ -171,14 +182,63 @@ def write(req):
 
 
 def _git(*args, check=True):
-    proc = subprocess.run(["git", *GIT_ID, *args], cwd=ROOT, capture_output=True)
+    """Run git as the agent (its uid, its nested namespace), under the repository's pristine config only."""
+    proc = subprocess.Popen(AGENT["prefix"] + ["git", *GIT_ID, *GIT_SAFE, *args], cwd=ROOT, env=GIT_ENV,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, preexec_fn=_as_agent)
+    try:
+        out, err = proc.communicate(timeout=GIT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        _killpg(proc.pid)
+        proc.communicate()
+        raise RuntimeError(f"git {args[0]} took longer than {GIT_TIMEOUT:.0f}s")
     if check and proc.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)}: {proc.stderr.decode(errors='replace').strip()}")
-    return proc.stdout.decode(errors="replace")
+        raise RuntimeError(f"git {' '.join(args)}: {err.decode(errors='replace').strip()}")
+    return out.decode(errors="replace")
+
+
+def _sanitize_git():
+    """Make ``.git`` safe for the runner's git: a real folder, the base's config, nothing that names a program
+    or points elsewhere (hooks, info/attributes, commondir, worktrees, alternates). Refs, index and objects
+    stay: the agent's commits are its own business, and the diff is always taken against the base commit id."""
+    dot_git = os.path.join(ROOT, ".git")
+    if _BASE["git"] is None:
+        return
+    if os.path.islink(dot_git) or not os.path.isdir(dot_git) or os.path.islink(os.path.join(dot_git, "objects")):
+        _restore_git()
+        return
+    for name in os.listdir(dot_git):
+        full = os.path.join(dot_git, name)
+        if name not in GIT_KEEP or os.path.islink(full):
+            _remove(full)
+    for name in ("alternates", "http-alternates"):
+        _remove(os.path.join(dot_git, "objects", "info", name))
+    with open(os.path.join(dot_git, "config"), "wb") as fh:
+        fh.write(_BASE["config"])
+
+
+def _remove(path):
+    """Remove a file, link or folder, even one the agent made unreadable; absent is fine."""
+    if not (os.path.isdir(path) and not os.path.islink(path)):
+        if os.path.lexists(path):
+            os.unlink(path)
+        return
+    try:
+        shutil.rmtree(path)
+    except OSError:  # `chmod 000` somewhere below: open every folder up (they are the agent's), then again
+        os.chmod(path, 0o700)
+        for folder, dirs, _ in os.walk(path):
+            for name in dirs:
+                if not os.path.islink(os.path.join(folder, name)):
+                    os.chmod(os.path.join(folder, name), 0o700)
+        shutil.rmtree(path)
 
 
 def load(req):
-    """Replace the repository with a snapshot (a tar) committed as the one base commit."""
+    """Replace the repository with a snapshot (a tar) committed as the one base commit; nothing of an earlier
+    task survives (processes, scratch folders, IPC objects)."""
+    killed = _kill_strays()
+    _clean_scratch(req.get("scratch", []))
     _clear(ROOT)
     with tarfile.open(fileobj=io.BytesIO(base64.b64decode(req["tar"]))) as tar:
         for member in tar.getmembers():
@@ -191,7 +251,9 @@ def load(req):
     _git("commit", "-q", "--allow-empty", "-m", "base")
     _git("tag", BASE_TAG)
     _BASE["commit"], _BASE["git"] = _git("rev-parse", "HEAD").strip(), _tar_of(os.path.join(ROOT, ".git"))
-    return {"commit": _git("rev-parse", "HEAD").strip(), "tree": _git("rev-parse", BASE_TAG + "^{tree}").strip()}
+    with open(os.path.join(ROOT, ".git", "config"), "rb") as fh:
+        _BASE["config"] = fh.read()
+    return {"commit": _BASE["commit"], "tree": _git("rev-parse", BASE_TAG + "^{tree}").strip(), "killed": killed}
 
 
 def _tar_of(folder):
@@ -203,22 +265,31 @@ def _tar_of(folder):
 
 def _restore_git():
     """Replace ``.git`` with the one :func:`load` made (whatever the agent did to it)."""
-    dot_git = os.path.join(ROOT, ".git")
-    if os.path.isdir(dot_git) and not os.path.islink(dot_git):
-        shutil.rmtree(dot_git)
-    elif os.path.lexists(dot_git):
-        os.unlink(dot_git)
+    _remove(os.path.join(ROOT, ".git"))
     with tarfile.open(fileobj=io.BytesIO(_BASE["git"])) as tar:
         tar.extractall(ROOT)
 
 
 def _clear(folder):
+    try:
+        os.chmod(folder, 0o755)
+    except OSError:
+        pass
     for name in os.listdir(folder):
-        full = os.path.join(folder, name)
-        if os.path.isdir(full) and not os.path.islink(full):
-            shutil.rmtree(full)
-        else:
-            os.unlink(full)
+        _remove(os.path.join(folder, name))
+
+
+def _clean_scratch(folders):
+    """Empty the scratch folders (/tmp, /dev/shm, home) and drop System V IPC objects: nothing carries over."""
+    for scratch in folders:
+        if os.path.isdir(scratch):
+            for name in os.listdir(scratch):
+                try:
+                    _remove(os.path.join(scratch, name))
+                except OSError:
+                    pass
+    if shutil.which("ipcrm"):
+        subprocess.run(AGENT["prefix"] + ["ipcrm", "--all"], capture_output=True, preexec_fn=_as_agent, timeout=30)
 
 
 def reset(req):
@@ -226,6 +297,7 @@ def reset(req):
     killed = _kill_strays()
     if _BASE["git"] is None:
         raise RuntimeError("nothing loaded to reset to")
+    _clean_scratch(req.get("scratch", []))
     try:
         _restore_git()
         _git("reset", "-q", "--hard", _BASE["commit"])
@@ -234,14 +306,6 @@ def reset(req):
         _clear(ROOT)
         _restore_git()
         _git("reset", "-q", "--hard", _BASE["commit"])
-    for scratch in req.get("scratch", []):
-        if os.path.isdir(scratch):
-            for name in os.listdir(scratch):
-                full = os.path.join(scratch, name)
-                try:
-                    shutil.rmtree(full) if os.path.isdir(full) and not os.path.islink(full) else os.unlink(full)
-                except OSError:
-                    pass
     return {"killed": killed}
 
 
@@ -269,9 +333,10 @@ def _kill_strays():
 def _stage():
     """``git add -A``; should the agent have broken or removed ``.git``, put back the base's and stage again."""
     try:
+        _sanitize_git()
         _git("add", "-A")
         _git("cat-file", "-e", _BASE["commit"] or BASE_TAG)
-    except RuntimeError:
+    except (RuntimeError, OSError):
         if _BASE["git"] is None:
             raise
         _restore_git()
@@ -281,7 +346,8 @@ def _stage():
 def diff(req):
     """The working tree against the base, new files included, as a git patch."""
     _stage()
-    return {"diff": _git("diff", "--cached", "--binary", _BASE["commit"] or BASE_TAG)}
+    return {"diff": _git("diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-color",
+                         _BASE["commit"] or BASE_TAG)}
 
 
 def tree(req):

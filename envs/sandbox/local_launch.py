@@ -1,0 +1,68 @@
+"""Start bubblewrap for the ``local`` backend as an unprivileged host user (stdlib only; run with ``python -I``).
+
+Run as root, bubblewrap would map the sandbox's user to the host's root: a missed route (a program the
+runner started, a kernel interface owned by root) would then act on the host as root. So, when started by
+root, this launcher joins the sandbox's cgroup, then drops to :data:`HOST_UID` (``nobody``) for good before
+it execs bubblewrap, which maps the sandbox's user to that uid. Folders the sandbox needs that ``nobody``
+cannot reach (an interpreter under ``/root``, mode 700) are first bind-mounted, in a mount namespace private
+to this launcher, onto a staging tmpfs it can reach; bubblewrap mounts them from there. Nothing of this is
+visible on the host.
+
+Usage: ``python -I local_launch.py SPEC_JSON -- bwrap ARGS...`` where the spec is
+``{"procs": [cgroup.procs files], "stage": DIR, "binds": {"@STAGE<i>@": source}, "uid": UID}``; each
+``@STAGE<i>@`` placeholder in the arguments is replaced by the staged path of its source.
+"""
+
+import ctypes
+import json
+import os
+import sys
+
+HOST_UID = 65534
+CLONE_NEWNS = 0x00020000
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+
+
+def _mount(libc, source, target, fstype, flags, data=None):
+    if libc.mount(source.encode() if source else None, target.encode(), fstype.encode() if fstype else None,
+                  flags, data.encode() if data else None) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount {source} on {target}: {os.strerror(errno)}")
+
+
+def _stage(spec, argv):
+    """Bind every source of ``spec["binds"]`` into a private staging tmpfs; the arguments with staged paths."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) failed")
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)  # nothing below reaches the host's mount table
+    stage = spec["stage"]
+    _mount(libc, "tmpfs", stage, "tmpfs", 0, "mode=755,size=64k")
+    staged = {}
+    for index, (placeholder, source) in enumerate(sorted(spec["binds"].items())):
+        target = os.path.join(stage, str(index))
+        os.mkdir(target, 0o755)
+        _mount(libc, source, target, None, MS_BIND | MS_REC)
+        staged[placeholder] = target
+    return [staged.get(arg, arg) for arg in argv]
+
+
+def main():
+    spec = json.loads(sys.argv[1])
+    argv = sys.argv[sys.argv.index("--") + 1:]
+    for procs in spec.get("procs", []):  # join the cgroup first, so no child of bubblewrap starts outside it
+        with open(procs, "w") as fh:
+            fh.write(str(os.getpid()))
+    uid = spec.get("uid")
+    if uid is not None and os.geteuid() == 0:
+        if spec.get("binds"):
+            argv = _stage(spec, argv)
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # for good: no saved uid to return to
+    argv = [spec.get("binds", {}).get(arg, arg) for arg in argv]  # not staged (not root): the sources themselves
+    os.execvp(argv[0], argv)
+
+
+if __name__ == "__main__":
+    main()
