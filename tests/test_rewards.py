@@ -72,3 +72,15 @@ def test_validate_task_accepts_a_good_task_and_flags_a_wrong_one(factory, tiny_t
     assert not verdict.ok
     assert any("FAIL_TO_PASS passes without the fix" in p for p in verdict.problems)
     assert any("PASS_TO_PASS fails at the base" in p for p in verdict.problems)
+
+
+def test_every_grading_plants_fresh_canaries_and_lists_each_guard(factory, tiny_task):
+    first, second = grade(tiny_task, tiny_task.patch, factory), grade(tiny_task, "", factory)
+    assert first.status == RESOLVED and second.status == UNRESOLVED
+    for record in (first, second):
+        assert set(record.guards) == {"canary", "report", "exit_status", "summary"}
+        assert set(record.guards.values()) == {"ok"} and len(record.canaries) == 2
+        assert all(c.startswith("tests/test_hidden.py::test_") for c in record.canaries)
+        assert not set(record.canaries) & set(record.tests)  # canaries are never graded as the task's tests
+        assert record.to_dict()["guards"] == record.guards
+    assert not set(first.canaries) & set(second.canaries)

@@ -56,3 +56,23 @@ def test_the_task_s_own_test_files_are_protected_whatever_their_names():
     kept, dropped = filter_patch(patch, protected=["spec/check_core.py"])
     assert [p.new_path for p in split_patch(kept)] == ["pkg/core.py"] and dropped == ["spec/check_core.py"]
     assert filter_patch(patch)[1] == []
+
+
+@pytest.mark.parametrize("path, dropped", [
+    ("json.py", True), ("pytest.py", True), ("py.py", True), ("pytest/__init__.py", True), ("_pytest/python.py", True),
+    ("pluggy/__init__.py", True), ("src/json.py", True), ("src/pytest/__init__.py", True), ("os.cpython-311-x86_64-linux-gnu.so", True),
+    ("calc/__pycache__/ops.cpython-311.pyc", True), ("calc/ops.pyc", True), ("evil.pyc", True),
+    ("fake-1.0.dist-info/entry_points.txt", True), ("lib/x.egg-info/entry_points.txt", True),
+    ("calc/json.py", False), ("calc/pytest_helpers.py", False), ("jsonlib.py", False), ("calc/ops.py", False),
+    ("site/index.html", False), ("code/README.md", False), ("setup.py", False), ("src/calc/json.py", False),
+])
+def test_shadowing_modules_bytecode_and_distribution_metadata_are_tampering(path, dropped):
+    assert is_tamper_path(path) is dropped
+
+
+def test_every_standard_library_name_at_the_root_is_dropped_from_the_patch():
+    import sys
+    names = sorted(n for n in sys.stdlib_module_names if not n.startswith("_"))[:40]
+    patch = "".join(file_patch(f"{n}.py") for n in names) + file_patch("calc/ops.py")
+    kept, dropped = filter_patch(patch)
+    assert [p.new_path for p in split_patch(kept)] == ["calc/ops.py"] and dropped == [f"{n}.py" for n in names]

@@ -3,18 +3,23 @@
 Steps: drop tampering from the agent's diff (:mod:`envs.rewards.tamper`); start a fresh sandbox of the
 task's environment and run its health check (a trivial command answers, the interpreter starts with
 pytest) and load the base commit; apply the filtered diff; ask git what really changed and put back any
-test file, start-up hook or pytest section the diff still reached; add the task's hidden ``test_patch``;
-run the files that hold FAIL_TO_PASS and PASS_TO_PASS with the harness's report plugin
-(:func:`envs.sandbox.testrun.run_tests`) and read its per-test report.
+test file, start-up hook, shadowing module, bytecode or pytest section the diff still reached; add the
+task's hidden ``test_patch``; plant canary tests beside a FAIL_TO_PASS test (:mod:`envs.rewards.canary`);
+run the files that hold FAIL_TO_PASS and PASS_TO_PASS under the harness's launcher and report plugin
+(:func:`envs.sandbox.testrun.run_test_command`) and read its per-test report; cross-check the run
+(:mod:`envs.rewards.guards`).
 
 Fails closed: a test passes only when that report says ``passed``; a test the report lacks (not collected,
 deselected, or the run left no report at all) is ``missing`` and failed, as are ``skipped``, ``error``,
-``xfailed``. The exit code of the test command decides nothing. ``infra_error`` (retried once) comes from
-the steps before the agent's patch (start, health check, base load) and, after them, only from a sandbox
-lost from outside (its container killed or frozen, the daemon gone: a :class:`SandboxError` the backend did
-not blame on the inside). Anything the patch's code can cause (a hang past the timeout, a runner killed
-from inside, no report) is ``unresolved``, with ``error`` saying where, so a patch can never buy its way
-out of a 0 into an excluded episode.
+``xfailed``. The exit code of the shell command decides nothing. A guard that trips (a canary that passed, a
+report rewritten after the fact, an exit status or summary that disagrees with the report) makes the record
+``unresolved`` with ``error.where = "rewards.guard.<name>"``, whatever the tests say; ``guards`` lists every
+guard's verdict and ``harness_reach`` the diff's added lines that name the harness's insides (data only).
+``infra_error`` (retried once) comes from the steps before the agent's patch (start, health check, base
+load) and, after them, only from a sandbox lost from outside (its container killed or frozen, the daemon
+gone: a :class:`SandboxError` the backend did not blame on the inside). Anything the patch's code can cause
+(a hang past the timeout, a runner killed from inside, no report, a tripped guard) is ``unresolved``, with
+``error`` saying where, so a patch can never buy its way out of a 0 into an excluded episode.
 """
 
 from __future__ import annotations
@@ -26,9 +31,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from envs.errors import InfraError, SandboxError
+from envs.rewards.canary import plant_canaries
+from envs.rewards.guards import check_run, harness_reach, tripped
 from envs.rewards.tamper import CONFIG_WITH_PYTEST_SECTION, filter_patch, is_tamper_path, pytest_section
 from envs.sandbox.base import Sandbox
-from envs.sandbox.testrun import run_tests
+from envs.sandbox.testrun import run_test_command
 from envs.tasks.patches import touched_paths
 from envs.tasks.repos import snapshot
 from envs.tasks.schema import Task
@@ -50,7 +57,14 @@ class EvalRecord:
     dropped: list[str] = field(default_factory=list)
     """Files removed from the patch as test tampering."""
     error: dict[str, str] | None = None
-    """``{"where", "message"}`` for patch failures and infrastructure errors."""
+    """``{"where", "message"}`` for patch failures, tripped guards and infrastructure errors."""
+    guards: dict[str, str] = field(default_factory=dict)
+    """Each guard of the test run (``report``, ``exit_status``, ``summary``, ``canary``): ``ok`` or why it
+    tripped; empty when the tests never ran."""
+    canaries: list[str] = field(default_factory=list)
+    """The canary tests planted for this grading (random each time)."""
+    harness_reach: list[str] = field(default_factory=list)
+    """``"path: name"`` for added lines of the diff that name the test harness's insides (flagged, not judged)."""
     attempts: int = 1
     duration_s: float = 0.0
     log_tail: str = ""
@@ -97,6 +111,7 @@ def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeou
     """Grade ``patch`` for ``task``, each attempt in a new sandbox from ``make_sandbox``."""
     start = time.monotonic()
     kept, dropped = filter_patch(patch, protected_paths(task))
+    reach = harness_reach(patch)
     last: InfraError | None = None
     for attempt in range(1, retries + 2):
         sandbox = None
@@ -120,14 +135,14 @@ def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeou
             record = _record(task, UNRESOLVED, dropped, {}, {"where": where, "message": message})
         finally:
             sandbox.close()
-        record.attempts, record.duration_s = attempt, time.monotonic() - start
+        record.attempts, record.duration_s, record.harness_reach = attempt, time.monotonic() - start, reach
         return record
     return EvalRecord(task.instance_id, INFRA_ERROR, dropped=dropped, error={"where": last.where, "message": last.message},
-                      attempts=retries + 1, duration_s=time.monotonic() - start)
+                      attempts=retries + 1, duration_s=time.monotonic() - start, harness_reach=reach)
 
 
 def _record(task: Task, status: str, dropped: list[str], outcomes: dict[str, str], error: dict[str, str] | None = None,
-            log: str = "") -> EvalRecord:
+            log: str = "", guards: dict[str, str] | None = None, canaries: list | None = None) -> EvalRecord:
     """The evaluation record of ``outcomes``: a graded test absent from them is ``missing``."""
     wanted = list(dict.fromkeys(task.FAIL_TO_PASS + task.PASS_TO_PASS))
     tests = {tid: outcomes.get(tid, "missing") for tid in wanted}
@@ -135,7 +150,7 @@ def _record(task: Task, status: str, dropped: list[str], outcomes: dict[str, str
     p2p = sum(tests[t] == "passed" for t in task.PASS_TO_PASS)
     return EvalRecord(task.instance_id, status, tests=tests, fail_to_pass={"passed": f2p, "total": len(task.FAIL_TO_PASS)},
                       pass_to_pass={"passed": p2p, "total": len(task.PASS_TO_PASS)}, dropped=dropped, error=error,
-                      log_tail=log)
+                      log_tail=log, guards=dict(guards or {}), canaries=[c.test_id for c in canaries or []])
 
 
 def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, timeout: float) -> EvalRecord:
@@ -154,22 +169,31 @@ def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, tim
             return _record(task, UNRESOLVED, dropped, {}, {"where": "rewards.test_patch", "message":
                                f"the task's test_patch does not apply: {added.stderr.strip()[-800:]}"})
     wanted = list(dict.fromkeys(task.FAIL_TO_PASS + task.PASS_TO_PASS))
-    outcomes, log = run_tests(sandbox, task.test_command, test_files(wanted), timeout=timeout)
+    canaries, canary_files = plant_canaries(sandbox, task.FAIL_TO_PASS)
+    # --maxfail=0: the canaries fail by design, and must not stop a run the task's command limits (-x).
+    run = run_test_command(sandbox, task.test_command, test_files(wanted) + canary_files, timeout=timeout,
+                           extra_args=["--maxfail=0"])
+    outcomes, log = run.outcomes, run.log
+    guards = check_run(run, canaries)
     missing = sum(tid not in outcomes for tid in wanted)
-    if wanted and all(outcomes.get(tid) == "passed" for tid in wanted):
-        return _record(task, RESOLVED, dropped, outcomes, log=log)
     error = None
     if not outcomes:
         error = {"where": "rewards.report", "message": "the test run left no report"}
+    elif tripped(guards):
+        name, why = next(iter(tripped(guards).items()))
+        error = {"where": f"rewards.guard.{name}", "message": why}
+    elif wanted and all(outcomes.get(tid) == "passed" for tid in wanted):
+        return _record(task, RESOLVED, dropped, outcomes, log=log, guards=guards, canaries=canaries)
     elif missing:
         error = {"where": "rewards.report", "message": f"{missing} of {len(wanted)} graded tests have no result"}
-    return _record(task, UNRESOLVED, dropped, outcomes, error, log)
+    return _record(task, UNRESOLVED, dropped, outcomes, error, log, guards=guards, canaries=canaries)
 
 
 def _revert_tampering(task: Task, sandbox: Sandbox, dropped: list[str]) -> None:
     """Put back, from the base, every tamper path the applied patch changed (whatever the patch text looked like)."""
     # One name a line (NUL-separated output would read as binary); git C-quotes names with odd characters.
-    listed = sandbox.run("git add -A && git -c core.quotePath=false diff --cached --no-renames --name-only repogym-base"
+    # -f: a file .gitignore hides (``__pycache__/``, ``*.egg-info``) is still something the patch changed.
+    listed = sandbox.run("git add -A -f && git -c core.quotePath=false diff --cached --no-renames --name-only repogym-base"
                          " && git reset -q", timeout=120, output_limit=16 << 20)
     if not listed.ok:
         raise InfraError("rewards.tamper", f"could not list the changed files: {listed.stderr.strip()[-400:]}")

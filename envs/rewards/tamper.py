@@ -8,6 +8,10 @@ that defines or configures tests, or that runs code when Python starts:
 - ``conftest.py`` anywhere; ``pytest.ini``, ``.pytest.ini``, ``pytest.toml``, ``.pytest.toml``, ``tox.ini``,
   ``noxfile.py``;
 - ``sitecustomize.py``, ``usercustomize.py`` and ``*.pth`` files (run at interpreter start, before pytest);
+- code that stands in for other code (:func:`is_shadow_path`): bytecode (``*.pyc``, anything under
+  ``__pycache__``), installed-distribution metadata (``*.dist-info``, ``*.egg-info``: a ``pytest11`` entry
+  point is a plugin pytest loads by itself), and the Python files of top-level modules or packages (at the
+  root or under ``src/``) named like the standard library, ``pytest``, ``_pytest``, ``pluggy`` or ``py``;
 - ``setup.cfg`` and ``pyproject.toml`` only when their pytest section changed (checked in the sandbox,
   see :func:`pytest_section`); their other sections are the agent's to change.
 
@@ -19,6 +23,7 @@ splitter misreads still cannot change them. Every dropped path is listed in ``in
 from __future__ import annotations
 
 import configparser
+import sys
 import tomllib
 from pathlib import PurePosixPath
 from typing import Collection, Iterable
@@ -29,6 +34,10 @@ TEST_DIRS = {"tests", "test", "testing"}
 TEST_FILES = {"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "noxfile.py"}
 STARTUP_FILES = {"sitecustomize.py", "usercustomize.py"}
 CONFIG_WITH_PYTEST_SECTION = {"setup.cfg", "pyproject.toml"}
+SHADOWED = frozenset(sys.stdlib_module_names) | {"pytest", "_pytest", "pluggy", "py"}
+"""Names a top-level module or package of the repository may not take (what the harness imports)."""
+METADATA_SUFFIXES = (".dist-info", ".egg-info")
+MODULE_SUFFIXES = (".py", ".pyc", ".pyw", ".so", ".pyd")
 
 
 def is_test_path(path: str) -> bool:
@@ -45,9 +54,26 @@ def is_startup_path(path: str) -> bool:
     return name in STARTUP_FILES or name.endswith(".pth")
 
 
+def is_shadow_path(path: str) -> bool:
+    """Whether ``path`` is bytecode, distribution metadata, or a top-level module named like what the harness
+    imports (``json.py``, ``pytest/``, ``src/pluggy.py``, ``os.cpython-311-x86_64-linux-gnu.so``)."""
+    parts = PurePosixPath(path).parts
+    if not parts:
+        return False
+    name = parts[-1]
+    if name.endswith(".pyc") or "__pycache__" in parts or any(p.endswith(METADATA_SUFFIXES) for p in parts):
+        return True
+    if not name.endswith(MODULE_SUFFIXES):
+        return False
+    top = parts[1:] if parts[0] == "src" and len(parts) > 1 else parts
+    if len(top) > 1:  # a package: Python code under a top-level folder with a shadowing name
+        return top[0] in SHADOWED
+    return top[0].split(".", 1)[0] in SHADOWED
+
+
 def is_tamper_path(path: str, protected: Collection[str] = ()) -> bool:
     """Whether a change to ``path`` is dropped before grading; ``protected`` are the task's own test files."""
-    return is_test_path(path) or is_startup_path(path) or path in protected
+    return is_test_path(path) or is_startup_path(path) or is_shadow_path(path) or path in protected
 
 
 def filter_patch(patch: str, protected: Iterable[str] = ()) -> tuple[str, list[str]]:

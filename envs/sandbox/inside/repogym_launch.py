@@ -1,0 +1,150 @@
+"""The harness's pytest launcher, run inside sandboxes (stdlib only; the harness copies it under a random name).
+
+Started as ``python -I <folder>/<random>.py --module|--script <pytest arguments>`` from the repository root,
+it runs in two processes:
+
+- **outer** (no code of the repository runs here: ``-I`` ignores ``PYTHONPATH``, so not even a
+  ``sitecustomize`` of the repository is imported): reads the frame key from ``<folder>/key`` and deletes
+  it, makes itself non-dumpable (so code under test, same uid, cannot read its memory, environment or fds),
+  starts the inner process, and reads two pipes from it: pytest's output and the report stream, one JSON
+  line per test phase, written by the report plugin as each result happens. It writes the stream to
+  ``<folder>/report.jsonl`` once pytest has exited and prints the tail of pytest's output, then one frame
+  line: ``<key> {"exit": real exit status, "sha256": of the stream, "summary": pytest's last summary line}``.
+  The host trusts the report file only if its hash matches the frame, so a late rewrite (an ``atexit``
+  handler, an escaped grandchild) is caught; the key is never in the inner process's reach, so the frame
+  cannot be forged from its output.
+- **inner** (``python -P``, the task's ``PYTHON*`` variables honoured): puts the standard library and site-packages before the repository on ``sys.path`` (``-P``;
+  the repository root and any ``PYTHONPATH`` entry inside it moved to the end), so no file of the
+  repository can stand in for ``json``, ``pytest`` or the report plugin; then runs pytest with plugin
+  autoload off, bytecode read from and written to a harness-private cache only, and the report plugin
+  named with ``-p``.
+
+Not guaranteed: code under test still runs in the inner process and can rewrite pytest there (outcomes,
+reports, the plugin). The launcher only keeps it from forging what happens after it (the exit status, the
+stream already sent); grading's canary tests and cross-checks (``envs/rewards/guards.py``) catch the rest.
+"""
+
+import sys
+import os
+
+_ROOT = os.path.realpath(os.getcwd())
+
+
+def _in_repository(entry):
+    path = os.path.realpath(os.path.abspath(entry or "."))
+    return path == _ROOT or path.startswith(_ROOT + os.sep)
+
+
+def _demote_repository():
+    """The repository's entries of ``sys.path`` moved to its end (before any further import)."""
+    mine = [p for p in sys.path if _in_repository(p)]
+    sys.path[:] = [p for p in sys.path if not _in_repository(p)] + mine
+
+
+_demote_repository()
+
+import ctypes  # noqa: E402  (imported only once the repository cannot shadow them)
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+import selectors  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+
+FOLDER = os.path.dirname(os.path.realpath(__file__))
+OUTPUT_TAIL = 64 * 1024
+# pytest's last terminal line, e.g. "1 failed, 3 passed in 0.10s" (``-q``) or "==== 4 passed in 0.1s ====".
+SUMMARY = re.compile(r"^=*\s*((?:\d+ \w+,? )*\d+ \w+|no tests ran) in [\d.]+s\b")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _undumpable():
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    except (OSError, AttributeError):
+        pass
+
+
+def outer(mode, args):
+    key_path = os.path.join(FOLDER, "key")
+    try:
+        with open(key_path) as fh:
+            key = fh.read().strip()
+        os.unlink(key_path)
+    except OSError:
+        key = ""
+    _undumpable()
+    stream_r, stream_w = os.pipe()
+    env = dict(os.environ)
+    env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": os.path.join(FOLDER, "pycache"),
+                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": "",
+                "REPOGYM_STREAM_FD": str(stream_w)})
+    env.pop("PYTHONSTARTUP", None)
+    child = subprocess.Popen([sys.executable, "-P", os.path.realpath(__file__), "--inner", mode, *args],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             pass_fds=(stream_w,), env=env)
+    os.close(stream_w)
+    output, stream, summary, pending = bytearray(), bytearray(), "", b""
+    sel = selectors.DefaultSelector()
+    sel.register(child.stdout, selectors.EVENT_READ, "output")
+    sel.register(stream_r, selectors.EVENT_READ, "stream")
+    drain_until = None
+    while sel.get_map():
+        if drain_until is None and child.poll() is not None:
+            # What is queued now was written before pytest exited; a stray grandchild gets half a second more.
+            drain_until = time.monotonic() + 0.5
+            for k in list(sel.get_map().values()):
+                os.set_blocking(k.fileobj if isinstance(k.fileobj, int) else k.fileobj.fileno(), False)
+        events = sel.select(timeout=0.05)
+        if drain_until is not None and (not events or time.monotonic() > drain_until):
+            break
+        for k, _ in events:
+            fd = k.fileobj if isinstance(k.fileobj, int) else k.fileobj.fileno()
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                chunk = b""
+            if not chunk:
+                sel.unregister(k.fileobj)
+                continue
+            if k.data == "stream":
+                stream += chunk
+                continue
+            output += chunk
+            lines = (pending + chunk).split(b"\n")
+            pending = lines.pop()[-4096:]
+            for line in lines:
+                text = ANSI.sub("", line.decode("utf-8", "replace")).strip()
+                if SUMMARY.match(text):
+                    summary = text
+            del output[:-OUTPUT_TAIL]
+    text = ANSI.sub("", pending.decode("utf-8", "replace")).strip()
+    if SUMMARY.match(text):
+        summary = text
+    code = child.wait()
+    data = bytes(stream)
+    with open(os.path.join(FOLDER, "report.jsonl"), "wb") as fh:
+        fh.write(data)
+    # Valid UTF-8 without NULs, so the runner never takes the output (and the frame) for binary.
+    text = bytes(output).decode("utf-8", "backslashreplace").replace("\0", "\\0").replace("\ufffd", "?")
+    sys.stdout.buffer.write(text.encode())
+    frame = {"exit": code, "sha256": hashlib.sha256(data).hexdigest(), "summary": summary}
+    sys.stdout.buffer.write(f"\n{key} {json.dumps(frame)}\n".encode())
+    sys.stdout.flush()
+    return 0
+
+
+def inner(mode, args):
+    sys.path.insert(0, FOLDER)  # the report plugin, named with -p
+    if mode == "--module" and _ROOT not in sys.path:
+        sys.path.append(_ROOT)  # what `python -m` puts first, put last
+    sys.argv = ["pytest", *args]
+    import runpy
+    runpy.run_module("pytest", run_name="__main__", alter_sys=True)  # exactly what `python -m pytest` runs
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--inner"]:
+        sys.exit(inner(sys.argv[2], sys.argv[3:]))
+    sys.exit(outer(sys.argv[1], sys.argv[2:]))
