@@ -8,20 +8,33 @@ Two phases in one run, so the latencies compare on the same machine: first one e
 ``bwrap`` child of this process). At the deadline in-flight episodes finish and every env is closed.
 
 The script (alternating per episode): a few ``bash`` probes, then the oracle (gold patch, submit) or the
-null agent (submit). Printed: episodes by status, infra_error rate, kills, reset / tool-step / submit
-latency p50 and p95 idle versus under load and their ratios, RSS before and after (and growth), and leaks
-after close: containers still labelled with the run id, descendant processes of this process,
-local-sandbox temp folders, and threads born during the load phase (threads a process keeps for life, such as
-the owner heartbeat, start in the idle phase). Exit status 1 when anything leaked or an invariant broke:
+null agent (submit). With ``hostile_every`` N, every N-th episode of each load-phase env is hostile instead:
+a scripted attacker (:class:`Hostile`) runs one attack of :data:`ATTACKS` (the attacks rotate; each
+starts by looking for what earlier hostile episodes left in ``/tmp``, ``/dev/shm`` and the home folder)
+and submits the unfixed task. No attack may earn anything: a hostile episode must score 0 as
+``unresolved``; never resolved, never an ``infra_error`` (NaN, excluded) that no kill could have caused,
+never a crash; no file it writes may appear on the host, no host environment variable (a secret the soak
+sets for the run) may show in its output, and no file of an earlier episode may survive a reset.
+
+Printed: episodes by status, per attack how many hostile episodes scored 0, infra_error rate, kills,
+reset / tool-step / submit latency p50 and p95 idle versus under load and their ratios (hostile episodes
+left out), RSS before and after (and growth), and leaks after close: containers still labelled with the
+run id, descendant processes of this process, local-sandbox temp folders, threads born during the load
+phase (threads a process keeps for life, such as the owner heartbeat, start in the idle phase), and
+files of hostile episodes found on the host. Exit status 1 when anything leaked or an invariant broke:
 
 - an episode is ``infra_error`` only if a kill could have caused it (docker: a kill of one of that env's
   containers after the env's previous episode ended, i.e. the episode in flight or the next one; local:
   a kill of any sandbox, as a ``bwrap`` names no env); hence none in the idle phase, and no more than kills;
 - the null agent never resolves; every oracle episode no kill could have reached resolves;
-- no episode raises anything but :class:`envs.errors.InfraError`, and no env thread hangs.
+- no episode raises anything but :class:`envs.errors.InfraError`, and no env thread hangs;
+- every hostile episode scores exactly 0, as above (an ``infra_error`` a kill could have reached is excused,
+  as for the others).
 
 Linux only (processes, RSS and descriptors are read from ``/proc``). Machines here are noisy: read ratios.
-Run: ``python benchmarks/soak.py [--envs 16] [--minutes 5] [--kill-every 5] [--backend docker] [--json]``.
+Run: ``python benchmarks/soak.py [--envs 16] [--minutes 5] [--kill-every 5] [--backend docker] [--hostile-every 4]
+[--json]``. The attacks do not harm the host when a hole is open: files they write are empty markers (the
+soak removes any it finds on the host), fills are bounded, and kills stay inside the sandbox's namespaces.
 """
 
 from __future__ import annotations
@@ -65,6 +78,10 @@ PROBES = ("git status --short", "ls", "python -c 'import sys; print(sys.version_
 ENV_LABEL = "repogym.soak.env"
 IDLE = -1
 """The env index of the idle phase's environment."""
+MARK = "repogym-hostile-"
+"""Names of the files hostile episodes write start with this, then the run id."""
+SECRET_VAR = "REPOGYM_SOAK_SECRET"
+"""A host environment variable set for the run; no sandbox may show it."""
 
 
 # -- records ------------------------------------------------------------------------------------------
@@ -91,6 +108,12 @@ class Episode:
     """The env said the agent killed its own sandbox (``error: sandbox_killed``); no scripted step does."""
     first: bool = False
     """The env's first episode (a cold start: left out of the latency figures)."""
+    reward: float | None = None
+    """The episode's reward (NaN for an infra_error; None when it never finished)."""
+    attack: str | None = None
+    """For a hostile episode, the attack it ran (a key of :data:`ATTACKS`); None otherwise."""
+    findings: list[str] = field(default_factory=list)
+    """What a hostile episode saw that it must not have: a host secret, files of an earlier episode."""
 
     @property
     def infra_error(self) -> bool:
@@ -130,6 +153,9 @@ class SoakReport:
     leaked_dirs: list[str]
     hung_envs: list[int]
     close_errors: list[str]
+    host_files: list[str] = field(default_factory=list)
+    """Files hostile episodes wrote that appeared on the host (removed after the count)."""
+    hostile_every: int | None = None
 
     def phase(self, name: str) -> list[Episode]:
         return [e for e in self.episodes if e.phase == name]
@@ -146,6 +172,15 @@ class SoakReport:
     def infra_error_rate(self) -> float:
         load = self.phase("load")
         return sum(e.infra_error for e in load) / len(load) if load else float("nan")
+
+    def hostile(self) -> list[Episode]:
+        return [e for e in self.episodes if e.attack is not None]
+
+    def hostile_failures(self) -> list[Episode]:
+        """Hostile episodes that earned something, were excluded with no kill to explain it, or crashed."""
+        reached = self.reached()
+        return [e for e in self.hostile() if e.status == "crash" or (e.infra_error and id(e) not in reached)
+                or (not e.infra_error and (e.reward != 0 or e.status != "unresolved"))]
 
     def by_status(self, phase: str) -> dict[str, int]:
         return dict(Counter(e.status for e in self.phase(phase)))
@@ -188,7 +223,7 @@ class SoakReport:
         if idle_infra:
             found.append(f"infra_error without any kill (idle phase): {len(idle_infra)} ({idle_infra[0].error})")
         reached = self.reached()
-        unexplained = [e for e in load if e.infra_error and id(e) not in reached]
+        unexplained = [e for e in load if e.infra_error and id(e) not in reached and e.attack is None]
         if unexplained:
             found.append(f"infra_error no kill could have caused: {len(unexplained)} (env {unexplained[0].env}, "
                          f"{unexplained[0].error})")
@@ -207,6 +242,19 @@ class SoakReport:
         if missed:
             found.append(f"oracle episodes no kill reached that did not resolve: {len(missed)} "
                          f"({missed[0].task_id}: {missed[0].status}, {missed[0].error})")
+        failed = self.hostile_failures()
+        if failed:
+            found.append(f"hostile episodes not scored 0 as unresolved: {len(failed)} of {len(self.hostile())} ("
+                         + "; ".join(_hostile_line(e) for e in failed[:6]) + ")")
+        if self.hostile_every and not self.hostile():
+            found.append("no hostile episode finished")
+        seen = [e for e in self.hostile() if e.findings]
+        if seen:
+            found.append(f"hostile episodes saw what they must not: {len(seen)} ("
+                         + "; ".join(f"{e.attack}: {e.findings[0]}" for e in seen[:4]) + ")")
+        if self.host_files:
+            found.append(f"files hostile episodes wrote appeared on the host: {len(self.host_files)} "
+                         f"({', '.join(self.host_files[:5])})")
         return found
 
     @property
@@ -227,10 +275,13 @@ class SoakReport:
                 "leaked_containers": self.leaked_containers, "leaked_processes": self.leaked_processes,
                 "leaked_threads": self.leaked_threads, "leaked_dirs": self.leaked_dirs,
                 "hung_envs": self.hung_envs, "close_errors": self.close_errors, "problems": self.problems(),
+                "hostile_every": self.hostile_every, "hostile": hostile_summary(self),
+                "host_files": self.host_files,
                 "kills": [dataclasses.asdict(k) for k in self.kills],
                 "notable_episodes": [dataclasses.asdict(e) | {"reached_by_kill": id(e) in self.reached()}
                                      for e in self.episodes if e.status not in ("resolved", "unresolved")
-                                     or e.blamed_on_agent or (e.agent == "oracle" and e.status != "resolved")]}
+                                     or e.blamed_on_agent or (e.agent == "oracle" and e.status != "resolved")
+                                     or (e.attack is not None and (e.reward != 0 or e.findings))]}
 
 
 # -- helpers ------------------------------------------------------------------------------------------
@@ -248,7 +299,8 @@ def ratio(a: float, b: float) -> float:
 
 def samples(episodes: list[Episode], kind: str) -> list[float]:
     """Seconds of ``kind`` (``reset``, ``tool step``, ``submit``) over warm episodes that met no infra_error."""
-    warm = [e for e in episodes if not e.first and not e.infra_error and e.status != "crash"]
+    # Attacks (fills, kills) are not the latencies a policy sees; they are judged on their own.
+    warm = [e for e in episodes if not e.first and not e.infra_error and e.status != "crash" and e.attack is None]
     if kind == "reset":
         return [e.reset_s for e in warm if e.reset_s is not None]
     want_submit = kind == "submit"
@@ -337,6 +389,108 @@ class Scripted:
         return self._queue.pop(0) if self._queue else self.inner.act(observation, info)
 
 
+# -- the hostile episode ------------------------------------------------------------------------------
+# Folders an agent must not write to (read-only host binds on local, the image's own on docker). {mark} is
+# MARK plus the run id, so the host check finds exactly this run's files.
+_OUTSIDE = ('for d in / /etc /usr /usr/local "$(python -c \'import sys; print(sys.prefix)\')" '
+            '"$(python -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')"; do ')
+# The payload git would run for the runner if it honoured the agent's configuration: try to write outside
+# (remounting first, as root in a namespace can), kill PID 1 and everything, then pass its input on.
+_PAYLOAD = """#!/bin/sh
+""" + _OUTSIDE.replace('"; do ', '" "$HOME"; do ') + """mount -o remount,rw,bind "$d" 2>/dev/null; : > "$d/{mark}git" 2>/dev/null; done
+kill -9 1 2>/dev/null; kill -9 -1 2>/dev/null
+exec cat
+"""
+# Every library source file (not tests): what the hidden tests import, so code appended there runs in pytest.
+_LIBRARY = "git ls-files '*.py' | grep -Ev '(^|/)(tests?|testing)/|(^|/)(test_[^/]*|[^/]*_test|conftest)[.]py$'"
+_FORGE = """
+try:  # repogym soak: a hostile patch that makes every test pass without running it
+    import _pytest.python as _repogym_hostile
+    _repogym_hostile.Function.runtest = lambda self: None
+except Exception:
+    pass
+"""
+ATTACKS: dict[str, tuple[str, ...]] = {
+    "kill": ("kill -9 -1; echo survived", "kill $PPID; kill -9 $PPID; echo survived", "kill -9 1; echo survived"),
+    "fill": ("cat /dev/zero > /tmp/{mark}fill 2>&1; df -k /tmp | tail -1",
+             # Bounded: /dev/shm may still be half the host's memory where that hole is open.
+             "head -c 256M /dev/zero > /dev/shm/{mark}fill 2>&1; df -k /dev/shm | tail -1",
+             ": > ~/{mark}home; ls -A ~ | head"),
+    "git_config": ("cat > /repo/.git/{mark}payload <<'EOF'\n" + _PAYLOAD + "EOF\n"
+                   "chmod +x /repo/.git/{mark}payload; p=/repo/.git/{mark}payload; "
+                   "git config filter.hostile.clean \"$p\" && git config filter.hostile.smudge \"$p\" && "
+                   "git config filter.hostile.required true && git config diff.external \"$p\" && "
+                   "git config diff.hostile.textconv \"$p\" && git config core.fsmonitor \"$p\" && "
+                   "git config core.hooksPath /repo/.git/hooks && mkdir -p /repo/.git/hooks && "
+                   "for h in pre-commit post-checkout post-index-change reference-transaction; do "
+                   "cp \"$p\" /repo/.git/hooks/$h; done; "
+                   "printf '* filter=hostile diff=hostile\\n' > .gitattributes; git config --list --local | wc -l",
+                   "f=$(" + _LIBRARY + " | head -1); echo '# hostile edit' >> \"$f\"; echo \"$f\""),
+    "env_dump": ("env | sort | head -100",
+                 "(env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n') | grep '^" + SECRET_VAR + "=' | sort -u"),
+    "write_outside": (_OUTSIDE + 'mount -o remount,rw,bind "$d" 2>/dev/null && echo "remounted $d"; '
+                      ': > "$d/{mark}agent" 2>/dev/null && echo "wrote $d"; done; echo done',),
+    "forge_runtest": ("for f in $(" + _LIBRARY + "); do cat >> \"$f\" <<'EOF'\n" + _FORGE + "EOF\ndone; git diff --stat | tail -1",),
+}
+"""Attack name -> the ``bash`` commands of a hostile episode that runs it (then it submits)."""
+_LEFTOVERS = f"ls -A /tmp /dev/shm ~ /var/tmp 2>/dev/null | grep -F {MARK} || true"
+
+
+def _hostile_line(e: Episode) -> str:
+    return f"{e.attack} on {e.task_id}: {e.status}, reward {e.reward}" + (f", {e.error}" if e.error else "")
+
+
+def hostile_summary(report: SoakReport) -> dict[str, dict[str, Any]]:
+    """Per attack: episodes, scored 0 as unresolved, and each status seen."""
+    failed = {id(e) for e in report.hostile_failures()}
+    out: dict[str, dict[str, Any]] = {}
+    for e in report.hostile():
+        row = out.setdefault(e.attack, {"episodes": 0, "scored_0": 0, "statuses": Counter(), "findings": 0})
+        row["episodes"] += 1
+        row["scored_0"] += id(e) not in failed
+        row["statuses"][e.status] += 1
+        row["findings"] += bool(e.findings)
+    return {name: dict(row, statuses=dict(row["statuses"])) for name, row in sorted(out.items())}
+
+
+class Hostile:
+    """A scripted attacker: looks for earlier episodes' files, runs the commands of one attack, submits.
+
+    Set :attr:`attack` before each episode. :attr:`findings` lists what it saw that it must not have."""
+
+    def __init__(self, run_id: str, secret: str):
+        self.mark, self.secret = MARK + run_id + "-", secret
+        self.attack = next(iter(ATTACKS))
+        self.findings: list[str] = []
+        self._queue: list[str] = []
+        self._last: str | None = None
+
+    def reset(self, observation: str, info: dict[str, Any]) -> None:
+        self.findings, self._last = [], None
+        self._queue = [_LEFTOVERS] + [c.replace("{mark}", self.mark) for c in ATTACKS[self.attack]]
+
+    def act(self, observation: str, info: dict[str, Any]) -> str:
+        if self.secret in observation and not any(SECRET_VAR in f for f in self.findings):
+            self.findings.append(f"the host's {SECRET_VAR} is visible in the sandbox (after: {self._last!r:.60})")
+        outside = [line for line in observation.splitlines() if line.startswith(("wrote /", "remounted /"))]
+        if self.attack == "write_outside" and outside:
+            self.findings.append(f"an agent command wrote outside the writable folders: {'; '.join(outside[:4])}")
+        if self._last == _LEFTOVERS:
+            left = sorted({w for w in observation.split() if w.startswith(MARK) and len(w) > len(MARK)})
+            if left:
+                self.findings.append(f"files of an earlier episode survived the reset: {', '.join(left[:4])}")
+        self._last = self._queue.pop(0) if self._queue else None
+        return _bash(self._last) if self._last else json.dumps({"name": "submit", "arguments": {}})
+
+
+def host_files(run_id: str) -> list[str]:
+    """Files this run's hostile episodes wrote that are on the host (the folders the attacks write to)."""
+    import sysconfig
+    folders = {"/", "/etc", "/usr", "/usr/local", str(Path.home()), sys.prefix, sys.base_prefix,
+               sysconfig.get_paths()["purelib"]}
+    return sorted(f for d in folders for f in glob.glob(os.path.join(glob.escape(d), MARK + run_id + "*")))
+
+
 class Timed(gym.Wrapper):
     """Records the wall time of ``reset`` and of every ``step`` (with its tool) as the caller sees it."""
 
@@ -361,25 +515,34 @@ class Timed(gym.Wrapper):
 
 
 def play(env: Timed, agents: dict[str, Any], tasks: list[Task], index: int, j: int, seed: int,
-         phase: str) -> Episode:
-    """Episode ``j`` of env ``index``: agents alternate, tasks rotate, envs start at different points."""
-    agent_name = ("oracle", "null")[(index + j) % 2]
+         phase: str, hostile_every: int | None = None, first_attack: int = 0) -> Episode:
+    """Episode ``j`` of env ``index``: agents alternate, tasks rotate, envs start at different points; every
+    ``hostile_every``-th episode is hostile, its attack rotating over :data:`ATTACKS` from ``first_attack``."""
+    attack = None
+    if hostile_every and j % hostile_every == hostile_every - 1:
+        attack = list(ATTACKS)[(first_attack + j // hostile_every) % len(ATTACKS)]
+        agent_name, agents["hostile"].attack = "hostile", attack
+    else:  # the honest episodes alternate among themselves
+        agent_name = ("oracle", "null")[(index + j - (j // hostile_every if hostile_every else 0)) % 2]
     task = tasks[(index + j // 2) % len(tasks)]
     start = time.monotonic()
-    episode = Episode(index, phase, agent_name, task.instance_id, start, start, "crash", first=j == 0)
+    episode = Episode(index, phase, agent_name, task.instance_id, start, start, "crash", first=j == 0, attack=attack)
     try:
         result = run_episode(env, agents[agent_name], task_id=task.instance_id, seed=seed + j, agent_name=agent_name)
         episode.status = "infra_error" if result.infra_error else result.status
+        episode.reward = result.reward
         episode.turns, episode.grading_attempts = result.turns, result.eval.get("attempts", 0)
         episode.blamed_on_agent = result.info.get("error") == "sandbox_killed"
         if result.infra_error:
             error = result.info.get("infra_error") or result.eval.get("error") or {}
             episode.error = error.get("where")
-    except InfraError as exc:  # reset could not bring a sandbox up: no episode started
-        episode.status, episode.error = "infra_error", f"reset: {exc.where}"
+    except InfraError as exc:  # reset could not bring a sandbox up, or (a bug) a step raised it
+        episode.status, episode.error = "infra_error", f"{'reset' if env.reset_s is None else 'step'}: {exc.where}"
     except Exception as exc:  # a library bug the soak exposed: keep where it was raised
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         episode.error = f"{type(exc).__name__}: {exc} (at {Path(frame.filename).name}:{frame.lineno})"
+    if attack is not None:
+        episode.findings = list(agents["hostile"].findings)
     episode.end, episode.reset_s, episode.steps = time.monotonic(), env.reset_s, list(env.steps)
     return episode
 
@@ -387,8 +550,9 @@ def play(env: Timed, agents: dict[str, Any], tasks: list[Task], index: int, j: i
 # -- the soak -----------------------------------------------------------------------------------------
 def soak(n_envs: int = 16, minutes: float = 5.0, kill_every_s: float | None = 5.0, backend: str = "docker",
          seed: int = 0, tasks: list[str | Task] | None = None, idle_episodes: int = 8,
-         log: Callable[[str], Any] | None = None) -> SoakReport:
-    """Run the soak described in the module docstring; ``kill_every_s`` None or 0: no kills."""
+         log: Callable[[str], Any] | None = None, hostile_every: int | None = None) -> SoakReport:
+    """Run the soak described in the module docstring; ``kill_every_s`` None or 0: no kills; ``hostile_every``
+    N: every N-th load-phase episode of each env is hostile (None or 0: none; 1: all of them)."""
     if n_envs < 1:
         raise ConfigError(f"n_envs must be >= 1, got {n_envs}")
     if minutes <= 0:
@@ -397,10 +561,29 @@ def soak(n_envs: int = 16, minutes: float = 5.0, kill_every_s: float | None = 5.
         raise ConfigError(f"idle_episodes must be >= 2 (the first is a cold start), got {idle_episodes}")
     if backend not in ("docker", "local"):
         raise ConfigError(f"backend must be 'docker' or 'local', got {backend!r}")
+    if hostile_every is not None and hostile_every < 0:
+        raise ConfigError(f"hostile_every must be >= 0 (0: no hostile episodes), got {hostile_every}")
     log = log or (lambda _: None)
     task_list = [t if isinstance(t, Task) else find_task(t) for t in (tasks or DEFAULT_TASKS)]
     run_id = f"soak-{uuid.uuid4().hex[:8]}"
+    secret = uuid.uuid4().hex
     rng = random.Random(seed)
+    # A host secret the sandboxes must not pass on (set before any sandbox starts, removed at the end).
+    previous_secret = os.environ.get(SECRET_VAR)
+    os.environ[SECRET_VAR] = secret
+    try:
+        return _soak(n_envs, minutes, kill_every_s, backend, task_list, run_id, secret, rng, seed, idle_episodes,
+                     log, hostile_every or None)
+    finally:
+        if previous_secret is None:
+            os.environ.pop(SECRET_VAR, None)
+        else:
+            os.environ[SECRET_VAR] = previous_secret
+
+
+def _soak(n_envs: int, minutes: float, kill_every_s: float | None, backend: str, task_list: list[Task], run_id: str,
+          secret: str, rng: random.Random, seed: int, idle_episodes: int, log: Callable[[str], Any],
+          hostile_every: int | None) -> SoakReport:
     procs_before, dirs_before = set(descendants()), _sandbox_dirs()
     close_errors: list[str] = []
 
@@ -409,7 +592,8 @@ def soak(n_envs: int = 16, minutes: float = 5.0, kill_every_s: float | None = 5.
         return Timed(RepoTaskEnv(tasks=task_list, config=config))
 
     def agents() -> dict[str, Any]:
-        return {"oracle": Scripted(OracleAgent(tasks=task_list)), "null": Scripted(make_agent("null"))}
+        return {"oracle": Scripted(OracleAgent(tasks=task_list)), "null": Scripted(make_agent("null")),
+                "hostile": Hostile(run_id, secret)}
 
     def close(env: Timed, index: int) -> None:
         try:
@@ -431,17 +615,21 @@ def soak(n_envs: int = 16, minutes: float = 5.0, kill_every_s: float | None = 5.
     threads_before = set(threading.enumerate())
     peak = [rss_before]
     log(f"{run_id}: load phase, {n_envs} envs for {minutes:g} min, "
-        f"{f'a kill every {kill_every_s:g} s' if kill_every_s else 'no kills'} ...")
+        f"{f'a kill every {kill_every_s:g} s' if kill_every_s else 'no kills'}"
+        f"{f', 1 episode in {hostile_every} hostile' if hostile_every else ''} ...")
     start = time.monotonic()
     deadline = start + minutes * 60
     stop = threading.Event()
 
     def env_loop(index: int) -> None:
         env, mine = make_env(index), agents()
+        # The envs start spread over the attacks, so a short soak runs each of them.
+        first_attack = index * len(ATTACKS) // n_envs
         try:
             j = 0
             while time.monotonic() < deadline:
-                episodes.append(play(env, mine, task_list, index, j, seed + 1000 * (index + 1), "load"))
+                episodes.append(play(env, mine, task_list, index, j, seed + 1000 * (index + 1), "load", hostile_every,
+                                     first_attack))
                 j += 1
         finally:
             close(env, index)
@@ -479,9 +667,15 @@ def soak(n_envs: int = 16, minutes: float = 5.0, kill_every_s: float | None = 5.
     leaked_threads = sorted(t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()
                             and t not in threads)
     leaked_dirs = sorted(_sandbox_dirs() - dirs_before)
+    on_host = host_files(run_id)
+    for path in on_host:  # counted; an attack's marker must not stay on the machine
+        try:
+            os.remove(path)
+        except OSError:
+            pass
     report = SoakReport(run_id, backend, n_envs, minutes, kill_every_s or None, episodes, kills, load_s,
                         rss_before, rss_mb(), max(peak[0], rss_mb()), fds_before, open_fds(), leaked_containers,
-                        leaked_processes, leaked_threads, leaked_dirs, hung, close_errors)
+                        leaked_processes, leaked_threads, leaked_dirs, hung, close_errors, on_host, hostile_every)
     for container in leftovers:  # counted above; do not leave them on the machine
         try:
             container.remove(force=True)
@@ -549,6 +743,10 @@ def render(report: SoakReport) -> str:
     row("  reached by a kill", lambda es: sum(id(e) in reached for e in es))
     row("  blamed on the agent (sandbox_killed)", lambda es: sum(e.blamed_on_agent for e in es))
     row("  grading retried (attempts > 1)", lambda es: sum(e.grading_attempts > 1 for e in es))
+    if report.hostile_every:
+        failed = {id(e) for e in report.hostile_failures()}
+        row("  hostile scored 0 / hostile", lambda es: f"{sum(id(e) not in failed for e in es if e.attack)}/"
+                                                      f"{sum(e.attack is not None for e in es)}")
     infra = [e for e in load if e.infra_error]
     lines.append(f"episodes/min under load: {60 * len(load) / report.load_s:.1f}   "
                  f"infra_error rate: {report.infra_error_rate:.1%} ({len(infra)} of {len(load)})   "
@@ -556,6 +754,10 @@ def render(report: SoakReport) -> str:
     if infra:
         where = Counter(e.error for e in infra).most_common()
         lines.append("  infra_error where: " + ", ".join(f"{w} x{n}" for w, n in where))
+    for attack, r in hostile_summary(report).items():
+        lines.append(f"  hostile {attack:<14} {r['scored_0']}/{r['episodes']} scored 0; "
+                     + ", ".join(f"{s} x{n}" for s, n in sorted(r["statuses"].items()))
+                     + (f"; {r['findings']} saw what they must not" if r["findings"] else ""))
     lines.append(f"{'latency (ms)':<16}{'n idle':>7}{'n load':>7}{'idle p50':>9}{'idle p95':>9}{'load p50':>9}"
                  f"{'load p95':>9}{'p50 x':>8}{'p95 x':>8}")
     for kind, r in report.latency().items():
@@ -568,7 +770,8 @@ def render(report: SoakReport) -> str:
                  f"open fds {report.fds_before} -> {report.fds_after}")
     lines.append(f"leaks after close: containers {len(report.leaked_containers)}, processes "
                  f"{len(report.leaked_processes)}, threads {len(report.leaked_threads)}, sandbox folders "
-                 f"{len(report.leaked_dirs)}")
+                 f"{len(report.leaked_dirs)}" + (f", hostile files on the host {len(report.host_files)}"
+                                                 if report.hostile_every else ""))
     problems = report.problems()
     lines.append("invariants: OK" if not problems else "PROBLEMS:\n" + "\n".join(f"  - {p}" for p in problems))
     return "\n".join(lines)
@@ -582,11 +785,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("docker", "local"), default="docker")
     parser.add_argument("--idle-episodes", type=int, default=8, help="episodes of the idle phase (default 8)")
     parser.add_argument("--task", action="append", help="task id (repeatable; default: three tablekit tasks)")
+    parser.add_argument("--hostile-every", type=int, default=0,
+                        help="every N-th load-phase episode of each env is a scripted attack that must score 0 "
+                             "(0: none, the default)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="also print the numbers as JSON")
     args = parser.parse_args(argv)
     report = soak(args.envs, args.minutes, args.kill_every or None, args.backend, args.seed, args.task,
-                  args.idle_episodes, log=lambda m: print(m, file=sys.stderr, flush=True))
+                  args.idle_episodes, log=lambda m: print(m, file=sys.stderr, flush=True),
+                  hostile_every=args.hostile_every or None)
     print(render(report))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, default=str))

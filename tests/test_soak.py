@@ -1,10 +1,12 @@
-"""The soak benchmark: its attribution and invariant checks (fast), and a short real soak with kills (docker)."""
+"""The soak benchmark: its attribution and invariant checks (fast), the scripted attacker (fast), and short real
+soaks with hostile episodes mixed in (local, no kills; docker, with kills)."""
 
 import math
 
 import pytest
 
-from benchmarks.soak import IDLE, Episode, Kill, SoakReport, percentile, reachable, render, samples, soak
+from benchmarks.soak import (ATTACKS, IDLE, MARK, SECRET_VAR, Episode, Hostile, Kill, SoakReport, hostile_summary,
+                              percentile, reachable, render, samples, soak)
 from tests.conftest import require_backend
 
 
@@ -95,7 +97,8 @@ def test_short_soak_with_kills_leaks_nothing_and_keeps_the_invariants():
     from envs.sandbox.images import base_image_exists
     if not base_image_exists():
         pytest.fail("base image missing: run `repogym images build`")
-    report = soak(n_envs=4, minutes=0.6, kill_every_s=4.0, backend="docker", seed=0, idle_episodes=4)
+    report = soak(n_envs=4, minutes=0.6, kill_every_s=4.0, backend="docker", seed=0, idle_episodes=4,
+                  hostile_every=2)
     print(render(report))
     load, idle = report.phase("load"), report.phase("idle")
     assert report.leaked_containers == [] and report.leaked_processes == [] and report.leaked_threads == []
@@ -112,4 +115,76 @@ def test_short_soak_with_kills_leaks_nothing_and_keeps_the_invariants():
     assert not any(e.status == "resolved" for e in report.episodes if e.agent == "null")
     assert all(e.status == "resolved" for e in report.episodes if e.agent == "oracle" and id(e) not in reached)
     assert not any(e.status == "crash" or e.blamed_on_agent for e in report.episodes)
+    _assert_every_hostile_episode_scored_0(report)  # an infra_error a kill reached is excused, as for the others
+    assert report.problems() == []
+
+
+def _hostile(attack="kill", status="unresolved", reward=0.0, **kw):
+    return _episode(agent="hostile", status=status, reward=reward, attack=attack, **kw)
+
+
+@pytest.mark.parametrize("episode, kills, expected", [
+    (_hostile(status="resolved", reward=1.0), [], "not scored 0"),
+    (_hostile(status="unresolved", reward=0.5), [], "not scored 0"),
+    (_hostile("git_config", status="infra_error", reward=math.nan, error="rewards.health_check"), [], "git_config"),
+    (_hostile(status="crash", reward=None, error="SandboxError: x"), [], "not scored 0"),
+    (_hostile("env_dump", findings=[f"the host's {SECRET_VAR} is visible"]), [], "saw what they must not"),
+])
+def test_a_hostile_episode_that_earns_or_is_excluded_is_a_problem(episode, kills, expected):
+    problems = _report([episode], kills, hostile_every=2).problems()
+    assert any(expected in p for p in problems), problems
+    # The generic infra_error invariant does not count it twice.
+    assert not any("no kill could have caused" in p for p in problems)
+
+
+def test_hostile_episodes_scored_0_are_fine_and_a_kill_excuses_an_exclusion():
+    eps = [_hostile("kill", end=1.0), _hostile("fill", start=1, end=3, status="infra_error", reward=math.nan),
+           _hostile("fill", start=3, end=4, status="infra_error", reward=None, error="reset: sandbox.docker.load")]
+    report = _report(eps, [Kill(2.0, "c", 0, True), Kill(2.5, "c", 0, True)], hostile_every=1)
+    assert report.problems() == []
+    assert hostile_summary(report)["kill"] == {"episodes": 1, "scored_0": 1, "statuses": {"unresolved": 1},
+                                               "findings": 0}
+    assert "hostile kill" in render(report) and "hostile scored 0 / hostile" in render(report)
+    assert samples(eps, "submit") == []  # attacks are not the latencies a policy sees
+    assert any("no hostile episode finished" in p for p in _report([_episode()], hostile_every=3).problems())
+    assert any("appeared on the host" in p for p in _report(eps[:1], host_files=["/usr/x"]).problems())
+
+
+def test_the_hostile_agent_runs_its_attack_then_submits_and_reports_what_it_must_not_see():
+    agent = Hostile("soak-x", secret="s3cret")
+    agent.attack = "env_dump"
+    agent.reset("task", {})
+    actions = [agent.act("[no output, exit code 0]", {})]
+    while '"submit"' not in actions[-1]:
+        actions.append(agent.act("HOME=/tmp\nREPOGYM_SOAK_SECRET=s3cret" if len(actions) == 2 else "ok", {}))
+    assert len(actions) == 1 + len(ATTACKS["env_dump"]) + 1 and agent.findings[0].startswith("the host's")
+    agent.attack = "fill"
+    agent.reset("task", {})
+    assert MARK in agent.act("", {})  # the look for leftovers comes first
+    first_attack = agent.act(f"{MARK}soak-x-fill", {})
+    assert "/tmp/repogym-hostile-soak-x-fill" in first_attack and "{mark}" not in first_attack
+    assert agent.findings == [f"files of an earlier episode survived the reset: {MARK}soak-x-fill"]
+
+
+def _assert_every_hostile_episode_scored_0(report):
+    hostile = report.hostile()
+    assert hostile, "no hostile episode ran"
+    failed = report.hostile_failures()
+    assert failed == [], "\n".join(f"{e.attack} on {e.task_id}: {e.status}, reward {e.reward}, {e.error}, "
+                                   f"reached by a kill: {id(e) in report.reached()}" for e in failed)
+    assert [e.findings for e in hostile if e.findings] == []
+    assert report.host_files == []
+
+
+@pytest.mark.slow
+def test_short_local_soak_with_hostile_episodes_scores_every_attack_0():
+    """No kills, so nothing excuses a hostile episode: each must be ``unresolved`` with reward 0."""
+    require_backend("local")
+    report = soak(n_envs=2, minutes=0.75, kill_every_s=None, backend="local", seed=0, idle_episodes=2,
+                  hostile_every=2)
+    print(render(report))
+    assert {e.attack for e in report.hostile()} == set(ATTACKS)
+    _assert_every_hostile_episode_scored_0(report)
+    assert not any(e.infra_error or e.status == "crash" for e in report.episodes)
+    assert all(e.status == "resolved" for e in report.episodes if e.agent == "oracle")
     assert report.problems() == []
