@@ -344,3 +344,29 @@ def test_nothing_survives_a_reset_or_a_switch_to_another_task(backend, tiny_task
         assert int(size) <= 256 * 1024, size  # its own size-limited tmpfs, not half the host's memory
     finally:
         env.close()
+
+
+@pytest.mark.docker
+def test_a_container_dead_from_inside_is_the_agents_zero_and_one_killed_from_outside_is_infra(tiny_task):
+    """Docker's own record decides: a container whose main process died inside (no kill, stop or pause through
+    the API) is the agent's doing; `docker kill` is an outside cause."""
+    from tests.conftest import require_backend
+    require_backend("docker")
+    for how in ("inside", "outside"):
+        env = RepoTaskEnv(task=tiny_task, sandbox="docker", config=EnvConfig(sandbox_config=LIMITS, eval_pool_size=0))
+        try:
+            env.reset()
+            bash(env, "echo started")
+            box = env._sandbox
+            if how == "inside":  # what a route to root inside could do: end the container's main process
+                box.container.exec_run(["pkill", "-9", "-x", "sleep"], user="root")
+            else:
+                box.container.kill()
+            obs, reward, term, trunc, info = env.step(call("bash", command="echo hi"))
+            if how == "inside":
+                assert term and reward == 0.0 and info["error"] == "sandbox_killed" and not info.get("exclude"), obs
+            else:
+                assert trunc and math.isnan(reward) and info["exclude"] and "from outside" in obs, obs
+            assert_clean_after_reset(env, tiny_task)
+        finally:
+            env.close()

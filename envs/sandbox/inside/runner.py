@@ -16,6 +16,13 @@ with all three uids the agent's: the agent cannot signal, trace or read this pro
 backend every command runs in its own nested PID namespace (``REPOGYM_NEST=1``), where this process has
 no pid to signal. It is also not dumpable, and commands are the OOM killer's first choice. Should it die
 anyway, the host blames whoever could have done it (see ``RunnerClient._blame``).
+
+Its own git calls (the tree id after an edit, the diff, reset) never run a program the agent named: each
+runs as the agent (its uid, its nested namespace, a timeout) with the base's ``.git/config`` put back first,
+everything else in ``.git`` that could name a program or point elsewhere removed (hooks, info/attributes,
+commondir, worktrees, alternates; a ``.git`` that is a file or a link is replaced), no system or global
+config, and hooks, fsmonitor, external diff and textconv switched off on the command line. Every child it
+starts has dropped every uid to the agent's, so none can return to the runner's root.
 """
 
 import base64
@@ -24,6 +31,7 @@ import io
 import json
 import os
 import selectors
+import shlex
 import shutil
 import signal
 import subprocess
@@ -183,7 +191,16 @@ def write(req):
 
 def _git(*args, check=True):
     """Run git as the agent (its uid, its nested namespace), under the repository's pristine config only."""
-    proc = subprocess.Popen(AGENT["prefix"] + ["git", *GIT_ID, *GIT_SAFE, *args], cwd=ROOT, env=GIT_ENV,
+    return _git_chain([list(args)], check=check)
+
+
+def _git_chain(commands, check=True):
+    """Run git commands one after the other (``&&``) in one process tree (one nested namespace, not one each);
+    the output is the last command's."""
+    common = ["git", *GIT_ID, *GIT_SAFE]
+    argv = common + commands[0] if len(commands) == 1 else [
+        "/bin/sh", "-c", " && ".join(shlex.join(common + command) for command in commands)]
+    proc = subprocess.Popen(AGENT["prefix"] + argv, cwd=ROOT, env=GIT_ENV,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True, preexec_fn=_as_agent)
     try:
@@ -191,9 +208,9 @@ def _git(*args, check=True):
     except subprocess.TimeoutExpired:
         _killpg(proc.pid)
         proc.communicate()
-        raise RuntimeError(f"git {args[0]} took longer than {GIT_TIMEOUT:.0f}s")
+        raise RuntimeError(f"git {commands[-1][0]} took longer than {GIT_TIMEOUT:.0f}s")
     if check and proc.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)}: {err.decode(errors='replace').strip()}")
+        raise RuntimeError(f"git {' '.join(commands[-1])}: {err.decode(errors='replace').strip()}")
     return out.decode(errors="replace")
 
 
@@ -247,6 +264,8 @@ def load(req):
                 _inside(os.path.join(os.path.dirname(member.name), member.linkname))
         tar.extractall(ROOT)
     _git("init", "-q")
+    _git("config", "user.name", "agent")  # the agent's own commits work out of the box (config is put back)
+    _git("config", "user.email", "agent@repogym.invalid")
     _git("add", "-A")
     _git("commit", "-q", "--allow-empty", "-m", "base")
     _git("tag", BASE_TAG)
@@ -279,6 +298,18 @@ def _clear(folder):
         _remove(os.path.join(folder, name))
 
 
+def _ipc_objects():
+    """Whether any System V shared memory, semaphore or message queue exists in this IPC namespace."""
+    for kind in ("shm", "sem", "msg"):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as fh:
+                if len(fh.readlines()) > 1:  # a header line, then one per object
+                    return True
+        except OSError:
+            pass
+    return False
+
+
 def _clean_scratch(folders):
     """Empty the scratch folders (/tmp, /dev/shm, home) and drop System V IPC objects: nothing carries over."""
     for scratch in folders:
@@ -288,7 +319,7 @@ def _clean_scratch(folders):
                     _remove(os.path.join(scratch, name))
                 except OSError:
                     pass
-    if shutil.which("ipcrm"):
+    if _ipc_objects() and shutil.which("ipcrm"):
         subprocess.run(AGENT["prefix"] + ["ipcrm", "--all"], capture_output=True, preexec_fn=_as_agent, timeout=30)
 
 
@@ -300,8 +331,7 @@ def reset(req):
     _clean_scratch(req.get("scratch", []))
     try:
         _restore_git()
-        _git("reset", "-q", "--hard", _BASE["commit"])
-        _git("clean", "-q", "-ffdx")
+        _git_chain([["reset", "-q", "--hard", _BASE["commit"]], ["clean", "-q", "-ffdx"]])
     except (RuntimeError, OSError):  # a full disk, say: start from an empty folder and check the base out
         _clear(ROOT)
         _restore_git()
@@ -330,30 +360,29 @@ def _kill_strays():
     return killed
 
 
-def _stage():
-    """``git add -A``; should the agent have broken or removed ``.git``, put back the base's and stage again."""
+def _staged(final):
+    """``git add -A`` then the git command ``final`` (a list of arguments), in one go; should the agent have
+    broken or removed ``.git``, put back the base's and try again."""
+    chain = [["add", "-A"], ["cat-file", "-e", _BASE["commit"] or BASE_TAG], final]
     try:
         _sanitize_git()
-        _git("add", "-A")
-        _git("cat-file", "-e", _BASE["commit"] or BASE_TAG)
+        return _git_chain(chain)
     except (RuntimeError, OSError):
         if _BASE["git"] is None:
             raise
         _restore_git()
-        _git("add", "-A")
+        return _git_chain(chain)
 
 
 def diff(req):
     """The working tree against the base, new files included, as a git patch."""
-    _stage()
-    return {"diff": _git("diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-color",
-                         _BASE["commit"] or BASE_TAG)}
+    return {"diff": _staged(["diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-color",
+                             _BASE["commit"] or BASE_TAG])}
 
 
 def tree(req):
     """The id of the working tree's content (new files included): cheaper than a diff, same change signal."""
-    _stage()
-    return {"tree": _git("write-tree").strip()}
+    return {"tree": _staged(["write-tree"]).strip()}
 
 
 OPS = {"run": run, "tree": tree, "read": read, "write": write, "load": load, "reset": reset, "diff": diff,
