@@ -248,7 +248,7 @@ def no_tamper_filter(monkeypatch):
 
 def assert_forgery_stopped(record, guard: str | None = None):
     assert record.status == UNRESOLVED and reward_of(record) == 0.0, (record.status, record.error, record.tests)
-    assert record.attempts == 1 and record.tests[F2P] != "passed" or record.error["where"].startswith("rewards.guard")
+    assert record.tests[F2P] != "passed" or record.error["where"].startswith("rewards.guard"), record.error
     if guard:
         assert record.error["where"] == f"rewards.guard.{guard}", (record.error, record.guards)
         assert guard in tripped(record.guards)
@@ -325,6 +325,17 @@ def test_a_shadowing_file_that_gets_through_is_never_loaded(factory, task, tmp_p
     record = grade(task, patch, factory)
     assert record.status == UNRESOLVED and record.tests[F2P] == "failed", (record.error, record.tests)
     assert record.dropped == []
+
+
+@SLOW
+@pytest.mark.parametrize("hook", [{"conftest.py": CHEAT_PLUGIN},
+                                  {"sitecustomize.py": "import os\nos.environ['PYTEST_PLUGINS'] = 'calc.cheat'\n"}],
+                         ids=["conftest", "sitecustomize"])
+def test_test_tampering_that_gets_past_the_filter_still_trips_the_canary(factory, task, tmp_path, hook, monkeypatch):
+    # The tamper filter's cases, with the filter off: the plugin they load passes every test, canaries too.
+    no_tamper_filter(monkeypatch)
+    record = grade(task, patch_of(task, {"calc/cheat.py": CHEAT_PLUGIN, **hook}, tmp_path), factory)
+    assert_forgery_stopped(record, "canary")
 
 
 class OldHarness:

@@ -143,7 +143,6 @@ def run_test_command(sandbox: Sandbox, test_command: str, files: list[str] | Non
         command = f"{test_command} {args}"
     result = sandbox.run(command, timeout=timeout, env=env, output_limit=256 * 1024)
     if result.timed_out:
-        sandbox.run(f"rm -rf {folder}", timeout=60)
         raise TestRunTimeout("sandbox.run_tests", f"tests ran past the harness timeout of {timeout:.0f}s")
     name = "report.jsonl" if launch else "report.json"
     raw = sandbox.run(f"cat {folder}/{name}; rm -rf {folder}", timeout=60, output_limit=16 << 20)
