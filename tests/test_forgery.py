@@ -305,8 +305,8 @@ def test_the_gold_patch_resolves_with_every_guard_ok(factory, task):
 SHADOWS = {"json.py": {"json.py": FAKE_JSON}, "pytest.py": {"pytest.py": FAKE_PYTEST}, "dist-info": DIST_INFO}
 
 
-@pytest.mark.parametrize("kind", ["json.py", pytest.param("pytest.py", marks=SLOW), pytest.param("dist-info", marks=SLOW),
-                                  "pyc"])
+@pytest.mark.parametrize("kind", ["json.py", pytest.param("pytest.py", marks=SLOW),
+                                  pytest.param("dist-info", marks=SLOW), "pyc"])
 def test_a_shadowing_file_is_dropped_and_earns_nothing(factory, task, tmp_path, kind):
     patch = pyc_patch(task, tmp_path) if kind == "pyc" else patch_of(task, SHADOWS[kind], tmp_path)
     record = grade(task, patch, factory)
@@ -547,7 +547,8 @@ def test_guards_catch_a_zero_exit_a_short_summary_and_a_passing_canary():
 
 def test_harness_reach_is_flagged_from_added_lines_only():
     patch = ("diff --git a/calc/ops.py b/calc/ops.py\n--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -1,2 +1,3 @@\n"
-             "-import atexit\n import gc\n+import _pytest.python, pluggy\n+x = gc.get_objects()  # PYTEST_CURRENT_TEST\n")
+             "-import atexit\n import gc\n+import _pytest.python, pluggy\n"
+             "+x = gc.get_objects()  # PYTEST_CURRENT_TEST\n")
     assert harness_reach(patch) == ["calc/ops.py: PYTEST_CURRENT_TEST", "calc/ops.py: _pytest",
                                     "calc/ops.py: gc.get_objects", "calc/ops.py: pluggy"]
     assert harness_reach("") == []

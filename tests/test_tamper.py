@@ -60,7 +60,8 @@ def test_the_task_s_own_test_files_are_protected_whatever_their_names():
 
 @pytest.mark.parametrize("path, dropped", [
     ("json.py", True), ("pytest.py", True), ("py.py", True), ("pytest/__init__.py", True), ("_pytest/python.py", True),
-    ("pluggy/__init__.py", True), ("src/json.py", True), ("src/pytest/__init__.py", True), ("os.cpython-311-x86_64-linux-gnu.so", True),
+    ("pluggy/__init__.py", True), ("src/json.py", True), ("src/pytest/__init__.py", True),
+    ("os.cpython-311-x86_64-linux-gnu.so", True),
     ("calc/__pycache__/ops.cpython-311.pyc", True), ("calc/ops.pyc", True), ("evil.pyc", True),
     ("fake-1.0.dist-info/entry_points.txt", True), ("lib/x.egg-info/entry_points.txt", True),
     ("calc/json.py", False), ("calc/pytest_helpers.py", False), ("jsonlib.py", False), ("calc/ops.py", False),

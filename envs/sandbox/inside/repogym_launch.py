@@ -13,14 +13,15 @@ it runs in two processes:
   The host trusts the report file only if its hash matches the frame, so a late rewrite (an ``atexit``
   handler, an escaped grandchild) is caught; the key is never in the inner process's reach, so the frame
   cannot be forged from its output.
-- **inner** (``python -P``, the task's ``PYTHON*`` variables honoured): puts the standard library and site-packages before the repository on ``sys.path`` (``-P``;
-  the repository root and any ``PYTHONPATH`` entry inside it moved to the end), so no file of the
-  repository can stand in for ``json``, ``pytest`` or the report plugin; then runs pytest with plugin
-  autoload off, bytecode read from and written to a harness-private cache only, and the report plugin
-  named with ``-p``.
+- **inner** (``python -P``, the task's ``PYTHON*`` variables honoured): puts the standard library and
+  site-packages before the repository on ``sys.path`` (the repository root and any ``PYTHONPATH`` entry
+  inside it moved to the end), so no file of the repository can stand in for ``json``, ``pytest`` or the
+  report plugin; then runs pytest with plugin autoload off, bytecode read from and written to a
+  harness-private cache only, and the report plugin named with ``-p``.
 
 Not guaranteed: code under test still runs in the inner process and can rewrite pytest there (outcomes,
-reports, the plugin). The launcher only keeps it from forging what happens after it (the exit status, the
+reports, the plugin); with the repository on the task's ``PYTHONPATH``, a ``sitecustomize`` there runs in
+it too (the tamper filter drops those). The launcher only keeps it from forging what happens after it (the exit status, the
 stream already sent); grading's canary tests and cross-checks (``envs/rewards/guards.py``) catch the rest.
 """
 
