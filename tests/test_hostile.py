@@ -370,3 +370,8 @@ def test_a_container_dead_from_inside_is_the_agents_zero_and_one_killed_from_out
             assert_clean_after_reset(env, tiny_task)
         finally:
             env.close()
+
+
+def test_commands_run_as_the_unprivileged_agent_and_die_first_under_memory_pressure(env):
+    obs = bash(env, "id -u; grep CapEff /proc/self/status; cat /proc/self/oom_score_adj")[0].split()
+    assert obs == ["1000", "CapEff:", "0000000000000000", "1000"], obs

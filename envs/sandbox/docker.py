@@ -95,6 +95,7 @@ class DockerSandbox(RunnerClient):
         self._stream = stream
         self._frames = b""  # raw multiplexed bytes not yet parsed
         self._lines = b""   # the runner's stdout not yet split into lines
+        self._stderr = b""  # the last of the runner's stderr
         try:
             self.request("ping", wait=30)
         except Exception as exc:  # nobody will hold this object: remove its container now
@@ -116,6 +117,8 @@ class DockerSandbox(RunnerClient):
                 payload, self._frames = self._frames[8:8 + size], self._frames[8 + size:]
                 if kind == 1:
                     self._lines += payload
+                elif kind == 2:  # the runner's own stderr (a traceback, should it crash): kept for the error
+                    self._stderr = (self._stderr + payload)[-2000:]
             if b"\n" in self._lines:
                 break
             left = deadline - time.monotonic()
@@ -125,7 +128,9 @@ class DockerSandbox(RunnerClient):
             if ready:
                 chunk = self._sock.recv(1 << 20)
                 if not chunk:
-                    raise RunnerExited("sandbox.docker", f"runner in {self.name} exited ({self._container_state()})")
+                    said = self._stderr.decode(errors="replace").strip()
+                    raise RunnerExited("sandbox.docker", f"runner in {self.name} exited ({self._container_state()})"
+                                                         + (f": {said}" if said else ""))
                 self._frames += chunk
         line, _, self._lines = self._lines.partition(b"\n")
         return line

@@ -1,23 +1,26 @@
 """The ``local`` backend: a bubblewrap namespace sandbox, no daemon needed.
 
-Isolates: network (a new, empty network namespace), processes (own PID namespace; everything dies with
-the sandbox), and the filesystem: only what commands need is mounted, read-only: the system folders
-(:data:`SYSTEM_DIRS`: ``/usr``, ``/etc``, ``/lib*``, ``/bin``, ``/sbin``) and the interpreter's own prefix
-and virtual environment. Nothing else of the host is there: not the home folder, not ``/work`` or
-``/opt``, not the project's checkout, repogym's cache or the task files (their gold patches and hidden
-tests), except the interpreter's folders inside them. The only writable places are the sandbox's own copy
-of the repository at ``/repo`` and a private ``/tmp``, both size-limited tmpfs (so a disk filler fills
-them, not the host). Paths in ``SandboxConfig.hidden_paths`` (and the project, the cache and the bundled
-tasks) are also covered with empty mounts wherever they fall inside what is mounted. Every command runs in
-a PID namespace of its own, nested in the sandbox's, so ``kill -9 -1`` cannot reach the runner.
+Isolates: the user (a user namespace of its own: the agent is uid :data:`SANDBOX_UID` inside and an
+unprivileged host user outside, ``nobody`` when repogym runs as root (:mod:`envs.sandbox.local_launch`),
+with no capabilities), the environment (cleared: only ``PATH``, ``HOME``, ``LANG``, ``TERM`` and what
+``SandboxConfig.env`` sets), network (a new, empty network namespace), processes (own PID namespace;
+everything dies with the sandbox), IPC, and the filesystem: only what commands need is mounted, read-only:
+the system folders (:data:`SYSTEM_DIRS`: ``/usr``, ``/etc``, ``/lib*``, ``/bin``, ``/sbin``) and the
+interpreter's own prefix and virtual environment. Nothing else of the host is there: not the home folder,
+not ``/work`` or ``/opt``, not the project's checkout, repogym's cache or the task files (their gold patches
+and hidden tests), except the interpreter's folders inside them. The only writable places are the sandbox's
+own copy of the repository at ``/repo``, a private ``/tmp`` and ``/dev/shm`` (``/dev`` itself is
+read-only), each a size-limited tmpfs (so a disk filler fills them, not the host) that reset and load
+empty. Paths in ``SandboxConfig.hidden_paths`` (and the project, the cache and the bundled tasks) are also
+covered with empty mounts wherever they fall inside what is mounted. Every command runs in a PID namespace
+of its own, nested in the sandbox's, so ``kill -9 -1`` cannot reach the runner.
 Limits: process count, memory and CPU through a cgroup of the sandbox's own (:mod:`envs.sandbox.cgroups`)
 when this process may make one (root, or a delegated cgroup tree); otherwise none, and ``limits`` says so.
-Files of /etc the world may not read (``/etc/shadow``, keys) are covered with empty ones: run by root, the
-sandbox's uid maps to root and would own them. Does not isolate: the kernel, and read access to the system folders and the interpreter's environment (so
-a package installed there, say the original of the project under test, is visible: ``repogym validate``
-checks for that).
+Files of /etc the world may not read (``/etc/shadow``, keys) are covered with empty ones. Does not isolate:
+the kernel, and read access to the system folders and the interpreter's environment (so a package
+installed there, say the original of the project under test, is visible: ``repogym validate`` checks for
+that).
 """
-
 from __future__ import annotations
 
 import functools

@@ -55,6 +55,7 @@ GIT_TIMEOUT = 45.0  # per git call; a repository the agent made slow to stage is
 GIT_KEEP = {"HEAD", "index", "objects", "refs", "logs", "packed-refs", "ORIG_HEAD", "COMMIT_EDITMSG"}
 BASE_TAG = "repogym-base"
 _BASE = {"commit": None, "git": None, "config": None}  # base commit id, tar of the pristine .git, its config
+LIBC = ctypes.CDLL(None, use_errno=True)
 AGENT = {"uid": None, "prefix": []}  # the uid commands run as; the nested-namespace launcher, if any
 
 
@@ -73,21 +74,24 @@ def _harden():
         if subprocess.run(prefix + ["true"], capture_output=True).returncode == 0:
             AGENT["prefix"] = prefix
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/<pid>/fd, mem, environ
+        LIBC.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/<pid>/fd, mem, environ
     except (OSError, AttributeError):
         pass
     return {"agent_uid": AGENT["uid"], "nested": bool(AGENT["prefix"])}
 
 
 def _as_agent():
-    """Runs in each command's child before exec: the OOM killer takes it first; the agent's uid, if set."""
+    """Runs in each command's child before exec: the agent's uid, if set; the OOM killer takes it first."""
+    if AGENT["uid"] is not None:
+        os.setresuid(AGENT["uid"], AGENT["uid"], AGENT["uid"])
+    # The child inherits the runner's non-dumpable flag, which makes its /proc files root's: writable again
+    # only once it is wholly the agent's (on docker, after the uid drop above), so that it may raise its score.
+    LIBC.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
     try:
         with open("/proc/self/oom_score_adj", "w") as fh:
             fh.write("1000")
     except OSError:
         pass
-    if AGENT["uid"] is not None:
-        os.setresuid(AGENT["uid"], AGENT["uid"], AGENT["uid"])
 
 
 def _inside(path):
@@ -352,7 +356,8 @@ def _kill_strays():
         if not name.isdigit() or int(name) == me:
             continue
         try:
-            if _start_time(name) >= mine:
+            started = _start_time(name)  # in clock ticks: the container's main process may share the runner's
+            if started > mine or (started == mine and int(name) > me):
                 os.kill(int(name), signal.SIGKILL)
                 killed += 1
         except (OSError, ValueError, IndexError):
