@@ -1,7 +1,8 @@
 """Task generation throughput: validated tasks per minute per core, and the share of mutations kept.
 
-Generates tasks from one source with one worker (one sandbox, so one core of test running), then
-validates each (gold resolves, empty does not, 3 baseline runs), and prints both phases side by side.
+Generates tasks from one source with one worker (one sandbox, so one core of test running); generation
+itself keeps only tasks that validate (gold resolves, empty does not, no leak). Each kept task is then
+re-validated independently (3 baseline runs) as a check, which the rate does not count.
 Run: ``python benchmarks/taskgen.py [--source pypi:toolz==1.0.0] [--max-tasks 10] [--sandbox docker]``.
 """
 
@@ -30,12 +31,13 @@ def main() -> int:
     start = time.perf_counter()
     valid = sum(validate_task(task, factory).ok for task in tasks)
     validated = time.perf_counter() - start
-    minutes = (generated + validated) / 60
+    minutes = generated / 60
     print(f"source {args.source} on the {stats['backend']} sandbox, one worker")
     print(f"candidates {stats['candidates']}, tried {stats['tried']}, kept {stats['kept']} "
           f"({100 * stats['kept'] / max(1, stats['tried']):.0f}% of tried mutations kept)")
-    print(f"generation {generated:.1f} s ({generated / max(1, stats['tried']):.2f} s per tried mutation), "
-          f"validation {validated:.1f} s ({validated / max(1, len(tasks)):.2f} s per task)")
+    print(f"generation {generated:.1f} s ({generated / max(1, stats['tried']):.2f} s per tried mutation; "
+          f"{stats.get('validate_s', 0.0):.1f} s of it validating, {sum(stats.get('invalid', {}).values())} dropped), "
+          f"independent re-check {validated:.1f} s ({validated / max(1, len(tasks)):.2f} s per task)")
     print(f"validated tasks: {valid}/{len(tasks)}; {valid / minutes:.1f} validated tasks per minute per core")
     return 0 if valid == len(tasks) else 1
 

@@ -348,16 +348,30 @@ def _start_time(pid):
         return int(fh.read().rsplit(")", 1)[1].split()[19])
 
 
+def _real_uid(pid):
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    return -1
+
+
 def _kill_strays():
-    """Kill every process started after this runner: whatever the agent left running."""
+    """Kill whatever the agent left running: under docker every process of the agent's uid (PID 1, the
+    container's main process and this runner are root's, whenever they started); elsewhere every process
+    started after this runner (bubblewrap's init started it)."""
     me, mine = os.getpid(), _start_time(os.getpid())
     killed = 0
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
             continue
         try:
-            started = _start_time(name)  # in clock ticks: the container's main process may share the runner's
-            if started > mine or (started == mine and int(name) > me):
+            if AGENT["uid"] is not None:
+                stray = _real_uid(name) == AGENT["uid"]
+            else:
+                started = _start_time(name)  # in clock ticks, so a tie is broken by the pid
+                stray = started > mine or (started == mine and int(name) > me)
+            if stray:
                 os.kill(int(name), signal.SIGKILL)
                 killed += 1
         except (OSError, ValueError, IndexError):
