@@ -375,3 +375,17 @@ def test_a_container_dead_from_inside_is_the_agents_zero_and_one_killed_from_out
 def test_commands_run_as_the_unprivileged_agent_and_die_first_under_memory_pressure(env):
     obs = bash(env, "id -u; grep CapEff /proc/self/status; cat /proc/self/oom_score_adj")[0].split()
     assert obs == ["1000", "CapEff:", "0000000000000000", "1000"], obs
+
+
+def test_fifos_and_sockets_cannot_hang_the_runner(env, tiny_task):
+    bash(env, "mkfifo pipe .git/index.fifo && rm .git/index && mkfifo .git/index && "
+              "python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('sock')\"")
+    for action in (call("view", path="pipe"), call("create", path="pipe", content="x"), call("view", path="sock"),
+                   call("edit", path="pipe", old="a", new="b")):
+        obs, reward, term, trunc, info = env.step(action)
+        assert info["error"] and not term and not trunc and info["duration_s"] < 10, obs
+    obs, reward, term, trunc, info = env.step(call("create", path="calc/new.py", content="X = 1\n"))
+    assert not info.get("error") and info["duration_s"] < 10, obs  # the tree id: .git put back, no hang
+    env.step(call("apply_patch", patch=tiny_task.patch))
+    obs, reward, term, trunc, info = env.step(call("submit"))
+    assert term and reward == 1.0, obs

@@ -34,6 +34,7 @@ import selectors
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tarfile
@@ -53,6 +54,7 @@ GIT_TIMEOUT = 45.0  # per git call; a repository the agent made slow to stage is
 # What .git keeps between the runner's git calls; everything else in it (config, hooks, info/attributes,
 # commondir, worktrees, alternates) is the agent's and is put back or removed first.
 GIT_KEEP = {"HEAD", "index", "objects", "refs", "logs", "packed-refs", "ORIG_HEAD", "COMMIT_EDITMSG"}
+GIT_KEEP_DIRS = {"objects", "refs", "logs"}
 BASE_TAG = "repogym-base"
 _BASE = {"commit": None, "git": None, "config": None}  # base commit id, tar of the pristine .git, its config
 LIBC = ctypes.CDLL(None, use_errno=True)
@@ -177,7 +179,7 @@ def read(req):
     if not os.path.exists(path):
         return {"error": "not_found"}
     limit = int(req.get("limit", 1 << 20))
-    with open(path, "rb") as fh:
+    with _open_regular(path, os.O_RDONLY) as fh:
         data = fh.read(limit + 1)
     return {"data": base64.b64encode(data[:limit]).decode(), "size": os.path.getsize(path),
             "truncated": len(data) > limit}
@@ -188,9 +190,19 @@ def write(req):
     if os.path.isdir(path):
         return {"error": "is_directory"}
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as fh:
+    with _open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as fh:
         fh.write(base64.b64decode(req["data"]))
     return {}
+
+
+def _open_regular(path, flags):
+    """Open a regular file only: a FIFO or socket the agent put there must not block this process."""
+    fd = os.open(path, flags | os.O_NONBLOCK, 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{os.path.relpath(path, ROOT)} is not a regular file (a FIFO, socket or device)")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb" if flags == os.O_RDONLY else "wb")
 
 
 def _git(*args, check=True):
@@ -232,6 +244,9 @@ def _sanitize_git():
         full = os.path.join(dot_git, name)
         if name not in GIT_KEEP or os.path.islink(full):
             _remove(full)
+        elif os.path.isdir(full) != (name in GIT_KEEP_DIRS) or not (os.path.isdir(full) or os.path.isfile(full)):
+            _restore_git()  # a FIFO for the index, a folder for HEAD: git would hang or fail; start again
+            return
     for name in ("alternates", "http-alternates"):
         _remove(os.path.join(dot_git, "objects", "info", name))
     with open(os.path.join(dot_git, "config"), "wb") as fh:
