@@ -56,6 +56,19 @@ def available() -> str | None:
     """``None`` when the backend can run here, else why not."""
     if shutil.which("bwrap") is None:
         return "bubblewrap is not installed (apt-get install bubblewrap)"
+    return _user_namespaces()
+
+
+@functools.lru_cache(maxsize=1)
+def _user_namespaces() -> str | None:
+    """``None`` when bubblewrap can make the unprivileged user namespace every sandbox runs in, else why not."""
+    spec = json.dumps({"uid": HOST_UID if os.geteuid() == 0 else None})
+    probe = subprocess.run([sys.executable, "-I", str(LAUNCHER), spec, "--", "bwrap", "--unshare-user", "--uid",
+                            str(SANDBOX_UID), "--cap-drop", "ALL", "--ro-bind", "/", "/", "true"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        return ("bubblewrap cannot make an unprivileged user namespace here (sysctl "
+                f"kernel.unprivileged_userns_clone or user.max_user_namespaces): {probe.stderr.strip()[-300:]}")
     return None
 
 
