@@ -329,10 +329,11 @@ def test_nothing_survives_a_reset_or_a_switch_to_another_task(backend, tiny_task
                     base_commit=tiny_task.base_commit + "~1")  # another snapshot, same environment
     env = RepoTaskEnv(tasks=[tiny_task, other], sandbox=backend,
                       config=EnvConfig(sandbox_config=LIMITS, eval_pool_size=0))
-    plant = ("for d in /tmp /dev/shm $HOME /var/tmp; do touch $d/planted 2>/dev/null; done; "
+    # /dev/mqueue: POSIX message queues (docker mounts one) are files an episode could leave to the next.
+    plant = ("for d in /tmp /dev/shm $HOME /var/tmp /dev/mqueue; do touch $d/planted 2>/dev/null; done; "
              "python3 -c \"import sysv_ipc\" 2>/dev/null; "
              "(sleep 1000 &) ; ls /tmp/planted /dev/shm/planted $HOME/planted")
-    check = "ls /tmp /dev/shm $HOME /var/tmp 2>/dev/null | grep -c planted; pgrep -c 'sleep 1000'; true"
+    check = "ls /tmp /dev/shm $HOME /var/tmp /dev/mqueue 2>/dev/null | grep -c planted; pgrep -c 'sleep 1000'; true"
     try:
         for switch_to in (tiny_task, other, tiny_task):
             env.reset(options={"task_id": tiny_task.instance_id if switch_to is other else other.instance_id})

@@ -61,7 +61,7 @@ class DockerSandbox(RunnerClient):
 
     backend = "docker"
     inside_dir = "/opt/repogym"
-    scratch_dirs = ("/tmp", "/var/tmp", "/dev/shm", "/home/agent")
+    scratch_dirs = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/home/agent")
 
     def __init__(self, config: SandboxConfig | None = None, image: str | None = None):
         super().__init__(config)
