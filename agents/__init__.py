@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Protocol, runtime_checkable
 
-from envs.errors import ConfigError
+from repogym.envs.errors import ConfigError
 
 
 @runtime_checkable
@@ -20,11 +20,11 @@ class Agent(Protocol):
 
 
 AGENTS = {
-    "oracle": "agents.oracle:OracleAgent",
-    "null": "agents.null:NullAgent",
-    "replay": "agents.replay:ReplayAgent",
-    "llm": "agents.llm:LLMAgent",
-    "hf": "agents.hf:HFAgent.from_pretrained",
+    "oracle": "repogym.agents.oracle:OracleAgent",
+    "null": "repogym.agents.null:NullAgent",
+    "replay": "repogym.agents.replay:ReplayAgent",
+    "llm": "repogym.agents.llm:LLMAgent",
+    "hf": "repogym.agents.hf:HFAgent.from_pretrained",
 }
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from envs.errors import ConfigError, RepogymError
+from repogym.envs.errors import ConfigError, RepogymError
 
 Message = dict[str, Any]
 Summarize = Callable[[list[Message]], str]

@@ -17,11 +17,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.context import ContextOverflow, answer, make_context_policy
-from agents.policy import Completion, Engine, SamplingParams
-from envs.actions import parse_action
-from envs.errors import ConfigError
-from envs.tools.base import ToolError
+from repogym.agents.context import ContextOverflow, answer, make_context_policy
+from repogym.agents.policy import Completion, Engine, SamplingParams
+from repogym.envs.actions import parse_action
+from repogym.envs.errors import ConfigError
+from repogym.envs.tools.base import ToolError
 
 DEFAULT_SYSTEM_PROMPT = ("You are a software engineer fixing an issue in a repository. Each turn, call exactly "
                          "one tool inside <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.")
@@ -178,7 +178,7 @@ class HFAgentConfig:
     seed: int | None = None
     """Base seed: turn t of an episode reset with seed s samples with seed base + 1000*s + t."""
     context: Any = "full"
-    """Context policy (:mod:`agents.context`): ``full``, ``window``, ``summary``, or ``{"name": ..., options}``."""
+    """Context policy (:mod:`repogym.agents.context`): ``full``, ``window``, ``summary``, or ``{"name": ..., options}``."""
     max_context_tokens: int | None = None
     """The model's context (None: its ``max_position_embeddings``); ``full`` raises past it."""
 

@@ -7,7 +7,7 @@ call of the answer as action text ``{"name": ..., "arguments": {...}}``.
 Guaranteed: the conversation kept is exactly what the environment saw (one assistant message per step,
 answered by a ``tool`` message linked by ``tool_call_id``, or by a ``user`` message after a plain-text
 answer); token usage is summed per episode. Failures of the server (connection refused, timeouts, HTTP
-429 and 5xx) are retried with exponential backoff and then raised as :class:`envs.errors.InfraError`
+429 and 5xx) are retried with exponential backoff and then raised as :class:`repogym.envs.errors.InfraError`
 with ``where="llm"``; any other HTTP error is raised at once (:class:`LLMHTTPError`). Not guaranteed: that
 the model's output is a valid tool call; a bad one goes to the environment, which answers it with an
 error observation (the agent's mistake is data, not a crash).
@@ -24,8 +24,8 @@ import urllib.request
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable
 
-from agents.context import answer, make_context_policy
-from envs.errors import ConfigError, InfraError
+from repogym.agents.context import answer, make_context_policy
+from repogym.envs.errors import ConfigError, InfraError
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a careful software engineer fixing an issue in a code repository through tools. "
@@ -67,7 +67,7 @@ class LLMConfig:
     extra_body: dict[str, Any] = field(default_factory=dict)
     """Merged into every request body last (so it wins), e.g. vLLM's ``top_k`` or ``repetition_penalty``."""
     context: Any = "full"
-    """Context policy (:mod:`agents.context`): ``full``, ``window``, ``summary``, or ``{"name": ..., options}``."""
+    """Context policy (:mod:`repogym.agents.context`): ``full``, ``window``, ``summary``, or ``{"name": ..., options}``."""
 
     def __post_init__(self):
         if not isinstance(self.base_url, str) or not self.base_url.startswith(("http://", "https://")):

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from envs.tasks.schema import Task
-from envs.tasks.suites import load_suite
+from repogym.envs.tasks.schema import Task
+from repogym.envs.tasks.suites import load_suite
 
 
 def _call(name: str, **arguments: Any) -> str:

@@ -1,8 +1,8 @@
 """The inference seam: an ``Engine`` turns prompt token ids into sampled completions with logprobs.
 
 Token-level agents (``hf``) and the trainer's rollout fleet talk to any engine through this protocol:
-transformers ``generate`` on CPU (``agents.hf.HFEngine``), a vLLM engine on GPU
-(``trainer.inference.vllm.VLLMEngine``), or a Ray actor handle wrapping either.
+transformers ``generate`` on CPU (``repogym.agents.hf.HFEngine``), a vLLM engine on GPU
+(``repogym.trainer.inference.vllm.VLLMEngine``), or a Ray actor handle wrapping either.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agents.trajectory import read_trajectory
+from repogym.agents.trajectory import read_trajectory
 
 
 class ReplayAgent:

@@ -1,7 +1,7 @@
 """Running an agent in an environment for one episode, writing the trajectory as it goes.
 
-The trajectory format is described in :mod:`agents.trajectory`. An agent that fails on infrastructure
-(an unreachable model server: :class:`envs.errors.InfraError`) ends the episode as ``infra_error``,
+The trajectory format is described in :mod:`repogym.agents.trajectory`. An agent that fails on infrastructure
+(an unreachable model server: :class:`repogym.envs.errors.InfraError`) ends the episode as ``infra_error``,
 recorded with where it happened, never as a reward of 0.
 """
 
@@ -15,9 +15,9 @@ from typing import Any
 
 import gymnasium as gym
 
-from agents.context import ContextOverflow
-from agents.trajectory import TRAJECTORY_FORMAT, TokenSequence, Trajectory, TrajectoryWriter
-from envs.errors import InfraError
+from repogym.agents.context import ContextOverflow
+from repogym.agents.trajectory import TRAJECTORY_FORMAT, TokenSequence, Trajectory, TrajectoryWriter
+from repogym.envs.errors import InfraError
 
 CONTEXT_OVERFLOW = "context_overflow"
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs.errors import InfraError
+from repogym.envs.errors import InfraError
 
 TRAJECTORY_FORMAT = "repogym.trajectory/2"
 READABLE_FORMATS = ("repogym.trajectory/1", TRAJECTORY_FORMAT)
@@ -33,7 +33,7 @@ class TrajectoryWriter:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
             self._out = open(path, "w", encoding="utf-8") if path else None
         except OSError as exc:  # a full or read-only disk is the machine's failure, not the episode's
-            raise InfraError("agents.trajectory", f"could not open {path}: {exc}") from exc
+            raise InfraError("repogym.agents.trajectory", f"could not open {path}: {exc}") from exc
 
     def write(self, record: dict[str, Any]) -> None:
         if self._out:
@@ -41,7 +41,7 @@ class TrajectoryWriter:
                 self._out.write(json.dumps(record, default=str) + "\n")
                 self._out.flush()
             except OSError as exc:
-                raise InfraError("agents.trajectory", f"could not write {self.path}: {exc}") from exc
+                raise InfraError("repogym.agents.trajectory", f"could not write {self.path}: {exc}") from exc
 
     def close(self) -> None:
         if self._out:

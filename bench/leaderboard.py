@@ -1,7 +1,7 @@
 """The leaderboard: a ranked Markdown table and one static HTML page with plots, from a results database.
 
 Guaranteed:
-- one row per summary of :func:`bench.metrics.summarize` (agent, suite, checkpoint), in its order (the
+- one row per summary of :func:`repogym.bench.metrics.summarize` (agent, suite, checkpoint), in its order (the
   ranking, best first), the agent's name in the first column (a checkpoint column appears when any row
   has one); the Markdown table and the HTML table hold the same cell texts;
 - rates (resolved, pass@k, per difficulty, ...) are the metrics' own: over episodes without
@@ -9,7 +9,7 @@ Guaranteed:
 - the HTML page needs no network: inline CSS, plots as inline SVG drawn here, no scripts, no fonts;
 - every text from the database or a trajectory is escaped (``html.escape``; ``|`` in Markdown cells);
 - each episode gets its own page (``OUT_episodes/<n>.html`` next to ``OUT.html``, linked relatively),
-  rendered by :mod:`bench.viewer`; an episode whose trajectory is missing or unreadable is listed with a
+  rendered by :mod:`repogym.bench.viewer`; an episode whose trajectory is missing or unreadable is listed with a
   note instead of a link. A relative trajectory path is looked up from the working directory, then from
   the database's folder.
 """
@@ -22,10 +22,10 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from bench.db import EpisodeRow, ResultsDB
-from bench.metrics import Summary, summarize
-from bench.viewer import html_page, load_episode, render_html
-from envs.errors import ConfigError
+from repogym.bench.db import EpisodeRow, ResultsDB
+from repogym.bench.metrics import Summary, summarize
+from repogym.bench.viewer import html_page, load_episode, render_html
+from repogym.envs.errors import ConfigError
 
 LEARNING_CURVES = ("rollout/success_rate", "eval/success_rate")
 """The training metrics plotted, one chart each."""

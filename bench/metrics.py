@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from bench.db import EpisodeRow
+from repogym.bench.db import EpisodeRow
 
 
 @dataclass

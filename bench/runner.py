@@ -5,12 +5,12 @@ Guarantees:
   (workers hand results over a queue). A run killed at any moment (``kill -9`` included) keeps every
   episode that finished; only the episodes in flight are lost.
 - Re-running the same benchmark (same agent name, checkpoint, suite) runs only the episodes whose key
-  (:func:`bench.db.episode_key`) is not in the database yet, with the same seeds: the seed of sample s of
+  (:func:`repogym.bench.db.episode_key`) is not in the database yet, with the same seeds: the seed of sample s of
   the task at index i of the suite is ``i * SEED_STRIDE + s``.
 - Ctrl-C stops at once: nothing more is written, episodes in flight are dropped (their trajectory files
   stay, unreferenced, and are overwritten on resume). Local sandboxes die with the process; Docker
   containers left over are labelled for ``repogym gc``.
-- Infrastructure failures, the agent's included (:class:`envs.errors.InfraError` from ``act`` or from
+- Infrastructure failures, the agent's included (:class:`repogym.envs.errors.InfraError` from ``act`` or from
   loading the task), are stored as ``infra_error`` rows with ``where`` and ``message``, never as reward 0.
   Any other exception is a bug: the run stops and it propagates.
 
@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from agents.rollout import EpisodeResult, run_episode
-from agents.trajectory import Trajectory
-from bench.db import EpisodeRow, ResultsDB, episode_key
-from bench.metrics import Summary, summarize
-from envs.errors import ConfigError, InfraError
-from envs.tasks.schema import Task
+from repogym.agents.rollout import EpisodeResult, run_episode
+from repogym.agents.trajectory import Trajectory
+from repogym.bench.db import EpisodeRow, ResultsDB, episode_key
+from repogym.bench.metrics import Summary, summarize
+from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.tasks.schema import Task
 
 SEED_STRIDE = 1000
 """Seeds of different tasks never collide while K <= SEED_STRIDE."""
@@ -50,7 +50,7 @@ class BenchConfig:
     db: str | Path = "runs/bench.db"
     """The results database file."""
     agent_options: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments of :func:`agents.make_agent`."""
+    """Keyword arguments of :func:`repogym.agents.make_agent`."""
     k: int = 1
     """Episodes (samples) per task."""
     concurrency: int = 1
@@ -126,10 +126,10 @@ AgentFactory = Callable[[], Any]
 def run_bench(config: BenchConfig, agent_factory: AgentFactory | None = None) -> BenchReport:
     """Run the episodes of ``config`` not yet in its database; see the module docstring.
 
-    ``agent_factory`` builds one agent per worker (default: :func:`agents.make_agent` with the config's
+    ``agent_factory`` builds one agent per worker (default: :func:`repogym.agents.make_agent` with the config's
     options, the suite's tasks given to ``oracle``).
     """
-    from envs.tasks.suites import load_suite
+    from repogym.envs.tasks.suites import load_suite
 
     tasks = load_suite(config.suite)[: config.limit]
     if not tasks:
@@ -148,7 +148,7 @@ def run_bench(config: BenchConfig, agent_factory: AgentFactory | None = None) ->
 
 def registry_factory(config: BenchConfig, tasks: list[Task]) -> AgentFactory:
     """Builds agents by registry name; bad options become a :class:`ConfigError` on the first build."""
-    from agents import AGENTS, make_agent
+    from repogym.agents import AGENTS, make_agent
 
     if config.agent not in AGENTS:  # checked now: with nothing left to run, no agent is ever built
         raise ConfigError(f"unknown agent {config.agent!r}: expected one of {sorted(AGENTS)}")
@@ -182,7 +182,7 @@ def _run(config: BenchConfig, tasks: list[Task], todo: list[EpisodeSpec], factor
     import gymnasium as gym
     from tqdm import tqdm
 
-    import envs  # noqa: F401  (registers the env id)
+    import repogym.envs  # noqa: F401  (registers the env id)
 
     pending: queue.Queue[EpisodeSpec] = queue.Queue()
     for spec in todo:

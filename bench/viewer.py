@@ -1,9 +1,9 @@
 """One episode's trajectory, shown to people: text for a terminal, or a standalone HTML page.
 
 Guaranteed:
-- every trajectory format in :data:`agents.trajectory.READABLE_FORMATS` reads; an unfinished episode
+- every trajectory format in :data:`repogym.agents.trajectory.READABLE_FORMATS` reads; an unfinished episode
   (no end line) renders with status ``unfinished``;
-- a missing or unreadable file is a :class:`envs.errors.ConfigError` naming the file and why;
+- a missing or unreadable file is a :class:`repogym.envs.errors.ConfigError` naming the file and why;
 - in HTML, every text from the trajectory (actions, tool output, test ids, the diff) is escaped: agent
   output is untrusted. The page needs no network: inline CSS, no scripts;
 - text is cut to ``MAX_LINES`` lines per block unless ``full``, with a marker saying how many were cut.
@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.trajectory import read_trajectory
-from envs.actions import parse_action
-from envs.errors import ConfigError
-from envs.tools.base import ToolError
+from repogym.agents.trajectory import read_trajectory
+from repogym.envs.actions import parse_action
+from repogym.envs.errors import ConfigError
+from repogym.envs.tools.base import ToolError
 
 MAX_LINES = 40
 """Lines kept per observation or argument block (head and tail) unless ``full``."""

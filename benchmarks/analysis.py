@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pip
 
-from envs.analysis import RepoIndex
+from repogym.envs.analysis import RepoIndex
 
 FULL_TARGET_S_PER_50K = 3.0
 UPDATE_TARGET_S = 0.050

@@ -33,7 +33,7 @@ CORPUS = ["def clamp(x, low, high):\n    return max(low, min(x, high))\n", "<too
 
 
 def _tokenizer():
-    from trainer.tiny import build_tokenizer
+    from repogym.trainer.tiny import build_tokenizer
     return build_tokenizer(CORPUS, 512)
 
 
@@ -42,10 +42,10 @@ def _tokenizer():
 def _learner_point(length: int, checkpointing: bool, queue) -> None:
     import torch
 
-    from trainer.algorithms.common import Sample
-    from trainer.algorithms.grpo import GRPO, GRPOConfig
-    from trainer.learner import Learner, LearnerConfig
-    from trainer.tiny import TinyModelConfig, build_tiny_model
+    from repogym.trainer.algorithms.common import Sample
+    from repogym.trainer.algorithms.grpo import GRPO, GRPOConfig
+    from repogym.trainer.learner import Learner, LearnerConfig
+    from repogym.trainer.tiny import TinyModelConfig, build_tiny_model
 
     tokenizer = _tokenizer()
     model = build_tiny_model(tokenizer, TinyModelConfig(vocab_size=512, max_position_embeddings=8192))
@@ -91,7 +91,7 @@ def learner_curve(lengths: list[int]) -> list[dict]:
 def explorer_actions(task) -> list[str]:
     """A scripted explorer's calls for ``task``: read what the fix touches and its tests, search, run the tests,
     look again, then apply the gold patch, test and submit (a long, output-heavy but honest episode)."""
-    from envs.tasks.patches import touched_paths
+    from repogym.envs.tasks.patches import touched_paths
 
     def call(name, **arguments):
         return json.dumps({"name": name, "arguments": arguments})
@@ -108,9 +108,9 @@ def explorer_actions(task) -> list[str]:
 
 
 def record_trajectories(tasks, out: Path, sandbox: str) -> list[Path]:
-    from agents.replay import ReplayAgent
-    from agents.rollout import run_episode
-    from envs.repo_env import EnvConfig, RepoTaskEnv
+    from repogym.agents.replay import ReplayAgent
+    from repogym.agents.rollout import run_episode
+    from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
 
     paths = []
     env = RepoTaskEnv(tasks=tasks, sandbox=sandbox, config=EnvConfig(max_turns=60, eval_pool_size=0))
@@ -148,8 +148,8 @@ SUMMARY_TOKENS = [200]
 
 
 def policy_savings(paths: list[Path], keep_last: int) -> dict:
-    from agents.context import FullPolicy, SummaryPolicy, WindowPolicy
-    from agents.trajectory import read_trajectory
+    from repogym.agents.context import FullPolicy, SummaryPolicy, WindowPolicy
+    from repogym.agents.trajectory import read_trajectory
 
     tokenizer = _tokenizer()
 
@@ -186,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     SUMMARY_TOKENS[0] = args.summary_tokens
 
-    from bench.runner import is_long_horizon
-    from envs.tasks.suites import load_suite
+    from repogym.bench.runner import is_long_horizon
+    from repogym.envs.tasks.suites import load_suite
     tasks = [t for t in load_suite("builtin") if is_long_horizon(t)][:args.tasks]
     if not tasks:
         print("no long-horizon task in the builtin suite", file=sys.stderr)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from trainer.config import load_config  # noqa: E402
-from trainer.train import Trainer  # noqa: E402
+from repogym.trainer.config import load_config  # noqa: E402
+from repogym.trainer.train import Trainer  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "tiny-cpu.yaml"
 

@@ -17,12 +17,12 @@ import statistics
 import sys
 import time
 
-import envs  # noqa: F401
-from envs.repo_env import RepoTaskEnv
-from envs.sandbox.docker import docker_client
-from envs.sandbox.images import ensure_env_image
-from envs.tasks.repos import snapshot
-from envs.tasks.suites import find_task, load_suite
+import repogym.envs  # noqa: F401
+from repogym.envs.repo_env import RepoTaskEnv
+from repogym.envs.sandbox.docker import docker_client
+from repogym.envs.sandbox.images import ensure_env_image
+from repogym.envs.tasks.repos import snapshot
+from repogym.envs.tasks.suites import find_task, load_suite
 
 
 def pct(values, q):

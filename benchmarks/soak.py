@@ -27,7 +27,7 @@ files of hostile episodes found on the host. Exit status 1 when anything leaked 
   containers after the env's previous episode ended, i.e. the episode in flight or the next one; local:
   a kill of any sandbox, as a ``bwrap`` names no env); hence none in the idle phase, and no more than kills;
 - the null agent never resolves; every oracle episode no kill could have reached resolves;
-- no episode raises anything but :class:`envs.errors.InfraError`, and no env thread hangs;
+- no episode raises anything but :class:`repogym.envs.errors.InfraError`, and no env thread hangs;
 - every hostile episode scores exactly 0, as above (an ``infra_error`` a kill could have reached is excused,
   as for the others).
 
@@ -62,14 +62,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gymnasium as gym  # noqa: E402
 
-from agents import make_agent  # noqa: E402
-from agents.oracle import OracleAgent  # noqa: E402
-from agents.rollout import run_episode  # noqa: E402
-from envs.errors import ConfigError, InfraError  # noqa: E402
-from envs.repo_env import EnvConfig, RepoTaskEnv  # noqa: E402
-from envs.sandbox import SandboxConfig  # noqa: E402
-from envs.tasks.schema import Task  # noqa: E402
-from envs.tasks.suites import find_task  # noqa: E402
+from repogym.agents import make_agent  # noqa: E402
+from repogym.agents.oracle import OracleAgent  # noqa: E402
+from repogym.agents.rollout import run_episode  # noqa: E402
+from repogym.envs.errors import ConfigError, InfraError  # noqa: E402
+from repogym.envs.repo_env import EnvConfig, RepoTaskEnv  # noqa: E402
+from repogym.envs.sandbox import SandboxConfig  # noqa: E402
+from repogym.envs.tasks.schema import Task  # noqa: E402
+from repogym.envs.tasks.suites import find_task  # noqa: E402
 
 # One repository, so an env keeps its agent container across episodes (warm resets) and has one grading pool.
 DEFAULT_TASKS = ("repogym__tablekit-bool-column-alignment", "repogym__tablekit-center-odd-padding",
@@ -690,7 +690,7 @@ def kill_one(backend: str, run_id: str, rng: random.Random) -> Kill:
     now = time.monotonic()
     try:
         if backend == "docker":
-            from envs.sandbox.docker import LABEL, docker_client
+            from repogym.envs.sandbox.docker import LABEL, docker_client
             running = docker_client().containers.list(filters={"label": f"{LABEL}.run={run_id}", "status": "running"},
                                                      ignore_removed=True)
             if not running:
@@ -712,7 +712,7 @@ def kill_one(backend: str, run_id: str, rng: random.Random) -> Kill:
 
 def _containers(run_id: str) -> list:
     """Every container labelled with the run id, stopped ones included (a killed one stays until removed)."""
-    from envs.sandbox.docker import LABEL, docker_client
+    from repogym.envs.sandbox.docker import LABEL, docker_client
     return docker_client().containers.list(all=True, filters={"label": f"{LABEL}.run={run_id}"}, ignore_removed=True)
 
 

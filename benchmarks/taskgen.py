@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from envs.rewards.validate import validate_task
-from envs.sandbox import SandboxConfig, sandbox_factory
-from envs.taskgen.generate import GenerateConfig, generate
+from repogym.envs.rewards.validate import validate_task
+from repogym.envs.sandbox import SandboxConfig, sandbox_factory
+from repogym.envs.taskgen.generate import GenerateConfig, generate
 
 
 def main() -> int:

@@ -2,10 +2,10 @@
 
 import gymnasium
 
-from envs.repo_env import ENV_ID, EnvConfig, RepoTaskEnv
+from repogym.envs.repo_env import ENV_ID, EnvConfig, RepoTaskEnv
 
 if ENV_ID not in gymnasium.registry:
     # Nondeterministic: tool steps report wall-clock durations and run real processes.
-    gymnasium.register(id=ENV_ID, entry_point="envs.repo_env:RepoTaskEnv", nondeterministic=True)
+    gymnasium.register(id=ENV_ID, entry_point="repogym.envs.repo_env:RepoTaskEnv", nondeterministic=True)
 
 __all__ = ["RepoTaskEnv", "EnvConfig", "ENV_ID"]

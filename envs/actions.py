@@ -3,7 +3,7 @@
 Accepted: a JSON object ``{"name": ..., "arguments": {...}}`` (``arguments`` may itself be a JSON
 string, as OpenAI returns it), the OpenAI shape ``{"type": "function", "function": {...}}``, or model text
 holding one ``<tool_call>{...}</tool_call>`` block (Hermes / Qwen style). A dict is taken as the parsed
-JSON. Anything else raises :class:`envs.tools.ToolError` with kind ``parse_error``.
+JSON. Anything else raises :class:`repogym.envs.tools.ToolError` with kind ``parse_error``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from envs.tools.base import ToolError
+from repogym.envs.tools.base import ToolError
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 FORMAT_HINT = ('write exactly one tool call, as JSON {"name": "<tool>", "arguments": {...}} or inside '

@@ -3,7 +3,7 @@
 ``reset`` loads the task's repository at its base commit into the agent's sandbox (reusing the sandbox
 when it is clean: a git reset, not a new container) and returns the problem statement with the tool
 instructions. ``step`` takes one tool call as text and returns its output. ``submit`` grades the diff in
-a pristine sandbox (:mod:`envs.rewards`) and terminates; the turn limit truncates (and, by default,
+a pristine sandbox (:mod:`repogym.envs.rewards`) and terminates; the turn limit truncates (and, by default,
 grades whatever the diff is then), as do the optional budgets of observation tokens and wall time
 (``info["truncation"]`` says which). Every step reports ``info["usage"]``: the observation's characters
 (and tokens, given a tokenizer) and the episode's running totals. Agent mistakes are observations;
@@ -21,17 +21,17 @@ from typing import Any
 
 import gymnasium as gym
 
-from envs.actions import FORMAT_HINT, parse_action
-from envs.errors import ConfigError, InfraError, SandboxError, SandboxKilledByAgent
-from envs.rewards import INFRA_ERROR, UNRESOLVED, EvalRecord, grade
-from envs.rewards.components import EpisodeFacts, RewardConfig, compute_reward
-from envs.sandbox import SandboxConfig, SandboxRequestError, default_backend, sandbox_factory
-from envs.sandbox.pool import SandboxPool
-from envs.tasks.repos import repo_path, snapshot
-from envs.tasks.schema import Task
-from envs.tasks.suites import find_task, load_suite
-from envs.tools import TOOLS, ToolContext, ToolError, get_tool, tools_schema
-from envs.tools.inspect import analyze_sandbox, tests_since_last_edit
+from repogym.envs.actions import FORMAT_HINT, parse_action
+from repogym.envs.errors import ConfigError, InfraError, SandboxError, SandboxKilledByAgent
+from repogym.envs.rewards import INFRA_ERROR, UNRESOLVED, EvalRecord, grade
+from repogym.envs.rewards.components import EpisodeFacts, RewardConfig, compute_reward
+from repogym.envs.sandbox import SandboxConfig, SandboxRequestError, default_backend, sandbox_factory
+from repogym.envs.sandbox.pool import SandboxPool
+from repogym.envs.tasks.repos import repo_path, snapshot
+from repogym.envs.tasks.schema import Task
+from repogym.envs.tasks.suites import find_task, load_suite
+from repogym.envs.tools import TOOLS, ToolContext, ToolError, get_tool, tools_schema
+from repogym.envs.tools.inspect import analyze_sandbox, tests_since_last_edit
 
 ENV_ID = "repogym/RepoTask-v0"
 _EMPTY_ANALYSIS = {"changed": [], "dependents": [], "tests": [], "syntax_errors": [], "unresolved": []}

@@ -7,4 +7,6 @@ bash scripts/setup.sh
 if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
+# Lint first (seconds): pyproject's ruff rules keep every import on the one installed namespace.
+.venv/bin/ruff check .
 exec .venv/bin/python -m pytest -m "not gpu" "$@"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.sandbox import backend_unavailable
-from envs.tasks.schema import Task
+from repogym.envs.sandbox import backend_unavailable
+from repogym.envs.tasks.schema import Task
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -29,7 +29,7 @@ def backend(request) -> str:
     """Each sandbox backend in turn (docker ones are marked ``docker``)."""
     require_backend(request.param)
     if request.param == "docker":
-        from envs.sandbox.images import base_image_exists
+        from repogym.envs.sandbox.images import base_image_exists
         if not base_image_exists():
             if IN_CI:
                 pytest.fail("CI=true but the base image is missing: .ci/run must run `repogym images build`")

@@ -2,8 +2,8 @@
 
 import pytest
 
-from envs.actions import parse_action
-from envs.tools import ToolError
+from repogym.envs.actions import parse_action
+from repogym.envs.tools import ToolError
 
 
 @pytest.mark.parametrize("text", [

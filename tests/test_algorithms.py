@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from trainer.algorithms.common import Sample, aggregate, collate, normalizer, token_logprobs
-from trainer.algorithms.grpo import GRPO, GRPOConfig, group_advantages
-from trainer.algorithms.ppo import gae
-from trainer.algorithms.sft import SFT, SFTConfig
+from repogym.trainer.algorithms.common import Sample, aggregate, collate, normalizer, token_logprobs
+from repogym.trainer.algorithms.grpo import GRPO, GRPOConfig, group_advantages
+from repogym.trainer.algorithms.ppo import gae
+from repogym.trainer.algorithms.sft import SFT, SFTConfig
 
 
 def test_group_advantages_by_hand():

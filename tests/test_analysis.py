@@ -1,4 +1,4 @@
-"""envs.analysis: symbols, resolution, reverse graph, incremental updates, diff impact, the CLI.
+"""repogym.envs.analysis: symbols, resolution, reverse graph, incremental updates, diff impact, the CLI.
 
 Every repository here is tiny and written out in full, so each expectation is an exact list.
 """
@@ -12,9 +12,9 @@ import subprocess
 
 import pytest
 
-from envs.analysis import RepoIndex, Unresolved, analyze_diff
-from envs.analysis import extract as extract_module
-from envs.errors import ConfigError
+from repogym.envs.analysis import RepoIndex, Unresolved, analyze_diff
+from repogym.envs.analysis import extract as extract_module
+from repogym.envs.errors import ConfigError
 
 REPO = {
     "app/__init__.py": b"",

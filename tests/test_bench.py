@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from agents.oracle import OracleAgent
-from agents.rollout import EpisodeResult
-from agents.trajectory import Trajectory
-from bench.db import EpisodeRow, ResultsDB
-from bench.metrics import pass_at_k, summarize, summary_table, wilson
-from bench.runner import BenchConfig, episode_row, plan, run_bench
-from envs.errors import InfraError
-from envs.tasks.schema import Task
-from envs.tasks.suites import load_suite
+from repogym.agents.oracle import OracleAgent
+from repogym.agents.rollout import EpisodeResult
+from repogym.agents.trajectory import Trajectory
+from repogym.bench.db import EpisodeRow, ResultsDB
+from repogym.bench.metrics import pass_at_k, summarize, summary_table, wilson
+from repogym.bench.runner import BenchConfig, episode_row, plan, run_bench
+from repogym.envs.errors import InfraError
+from repogym.envs.tasks.schema import Task
+from repogym.envs.tasks.suites import load_suite
 from repogym.cli import main
 from tests.conftest import require_backend
 

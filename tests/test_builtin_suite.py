@@ -4,10 +4,10 @@ import subprocess
 
 import pytest
 
-from envs.rewards.validate import validate_tasks
-from envs.sandbox import SandboxConfig, sandbox_factory
-from envs.tasks.repos import repo_path, snapshot
-from envs.tasks.suites import load_suite
+from repogym.envs.rewards.validate import validate_tasks
+from repogym.envs.sandbox import SandboxConfig, sandbox_factory
+from repogym.envs.tasks.repos import repo_path, snapshot
+from repogym.envs.tasks.suites import load_suite
 from tests.conftest import require_backend
 
 

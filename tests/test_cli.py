@@ -55,8 +55,8 @@ def test_help_lists_every_command(capsys):
 def test_replay_agent_plays_back_a_trajectory(tmp_path, tiny_task):
     import gymnasium as gym
 
-    from agents import make_agent
-    from agents.rollout import run_episode
+    from repogym.agents import make_agent
+    from repogym.agents.rollout import run_episode
     env = gym.make("repogym/RepoTask-v0", task=tiny_task, sandbox="local", max_turns=5)
     try:
         oracle = make_agent("oracle", tasks=[tiny_task])

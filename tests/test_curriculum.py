@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from envs.tasks.schema import Task
-from trainer.curriculum import Curriculum, CurriculumConfig
+from repogym.envs.tasks.schema import Task
+from repogym.trainer.curriculum import Curriculum, CurriculumConfig
 
 
 def _tasks(prefix: str, difficulties: dict[str, int]) -> list[Task]:

@@ -18,13 +18,13 @@ from typing import Callable
 
 import pytest
 
-from envs.rewards import RESOLVED, UNRESOLVED, EvalRecord, grade
-from envs.sandbox import SandboxConfig, make_sandbox
-from envs.sandbox.base import Sandbox
-from envs.sandbox.pool import SandboxPool
-from envs.tasks.repos import repo_path
-from envs.tasks.schema import Task
-from envs.tasks.suites import load_suite
+from repogym.envs.rewards import RESOLVED, UNRESOLVED, EvalRecord, grade
+from repogym.envs.sandbox import SandboxConfig, make_sandbox
+from repogym.envs.sandbox.base import Sandbox
+from repogym.envs.sandbox.pool import SandboxPool
+from repogym.envs.tasks.repos import repo_path
+from repogym.envs.tasks.schema import Task
+from repogym.envs.tasks.suites import load_suite
 from tests.conftest import require_backend
 
 EVAL_TIMEOUT = 300.0
@@ -98,7 +98,7 @@ def test_repeated_grades_agree_on_a_few_tasks_locally(capsys):
 @pytest.mark.docker
 def test_five_grades_agree_on_every_builtin_task_in_docker(capsys):
     require_backend("docker")
-    from envs.sandbox.images import ensure_env_image
+    from repogym.envs.sandbox.images import ensure_env_image
 
     tasks = load_suite("builtin")
     assert len(tasks) >= 30

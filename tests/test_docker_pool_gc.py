@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from envs.sandbox import SandboxConfig, make_sandbox
-from envs.sandbox.pool import SandboxPool
+from repogym.envs.sandbox import SandboxConfig, make_sandbox
+from repogym.envs.sandbox.pool import SandboxPool
 from tests.conftest import require_backend
 
 pytestmark = pytest.mark.docker
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.docker
 @pytest.fixture
 def docker_ready():
     require_backend("docker")
-    from envs.sandbox.images import base_image_exists
+    from repogym.envs.sandbox.images import base_image_exists
     if not base_image_exists():
         pytest.fail("base image missing: run `repogym images build`")
 
@@ -49,6 +49,6 @@ def test_pool_hands_out_started_sandboxes_and_refills(docker_ready):
 
 
 def test_environment_images_are_content_hashed(docker_ready):
-    from envs.sandbox.images import docker_image_tag_for
+    from repogym.envs.sandbox.images import docker_image_tag_for
     assert docker_image_tag_for({}) == docker_image_tag_for({"source": "builtin:x"})
     assert docker_image_tag_for({}) != docker_image_tag_for({"pip": ["six==1.16.0"]})

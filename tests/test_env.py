@@ -7,9 +7,9 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401
-from envs.errors import ConfigError
-from envs.repo_env import EnvConfig, RepoTaskEnv, truncate
+import repogym.envs  # noqa: F401
+from repogym.envs.errors import ConfigError
+from repogym.envs.repo_env import EnvConfig, RepoTaskEnv, truncate
 
 
 def call(name, **arguments):

@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from agents import make_agent
-from agents.rollout import run_episode
-from envs.errors import InfraError, SandboxError
-from envs.repo_env import EnvConfig, RepoTaskEnv
-from envs.sandbox import SandboxConfig
+from repogym.agents import make_agent
+from repogym.agents.rollout import run_episode
+from repogym.envs.errors import InfraError, SandboxError
+from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
+from repogym.envs.sandbox import SandboxConfig
 
 
 def call(name, **arguments):
@@ -53,7 +53,7 @@ def assert_recovers(env, tiny_task):
 
 
 def container_gone(name):
-    from envs.sandbox.docker import docker_client
+    from repogym.envs.sandbox.docker import docker_client
     return not docker_client().containers.list(all=True, filters={"name": name})
 
 
@@ -95,7 +95,7 @@ def test_a_missing_image_fails_reset_with_the_image_named(tiny_task):
         with pytest.raises(SandboxError, match="no-such-image"):
             env.reset()
         # Through the rollout (as bench and the fleet run it): the episode is data, an infra_error.
-        from bench.runner import EpisodeSpec, _episode
+        from repogym.bench.runner import EpisodeSpec, _episode
         result = _episode(env, make_agent("null"), "null", EpisodeSpec(tiny_task, 0, 0, None))
         assert result.status == "infra_error" and "no-such-image" in result.eval["error"]["message"]
     finally:
@@ -125,7 +125,7 @@ def test_a_full_host_disk_is_an_infra_error_and_the_env_goes_on(backend, tiny_ta
                 pass
         with pytest.raises(InfraError, match="No space left") as caught:
             run_episode(env, make_agent("oracle", tasks=[tiny_task]), task_id=tiny_task.instance_id, trajectory=full / "t.jsonl")
-        assert caught.value.where == "agents.trajectory"
+        assert caught.value.where == "repogym.agents.trajectory"
         (full / "filler").unlink()
         result = run_episode(env, make_agent("oracle", tasks=[tiny_task]), task_id=tiny_task.instance_id, trajectory=full / "t.jsonl")
         assert result.status == "resolved" and (full / "t.jsonl").read_text().count("\n") >= 3
@@ -166,7 +166,7 @@ def test_dockerd_restart_mid_episode(tiny_task):
         log = open("/var/log/dockerd.log", "ab")
         subprocess.Popen(cmdline, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         assert_infra_error(env.step(call("bash", command="echo after")), "sandbox.docker")
-        from envs.sandbox.docker import docker_client
+        from repogym.envs.sandbox.docker import docker_client
         for _ in range(120):
             try:
                 docker_client().ping()
@@ -186,7 +186,7 @@ def test_a_sandbox_that_fails_to_start_is_infrastructure_replaced_and_counted(ti
     """A runner that exits at its first ping, before any command of the agent, is never blamed on the agent."""
     from tests.conftest import require_backend
     require_backend("local")
-    import envs.sandbox.local as local
+    import repogym.envs.sandbox.local as local
     failures = tmp_path / "failures"
     failures.write_text("2")
     flaky = tmp_path / "flaky_launch.py"
@@ -214,8 +214,8 @@ def test_a_sandbox_that_fails_to_start_is_infrastructure_replaced_and_counted(ti
 
 
 def test_a_rollout_worker_turns_any_exception_into_an_outcome(tiny_task, monkeypatch):
-    from trainer.fleet import EpisodeRequest, RolloutWorker, WorkerSpec
-    from envs.errors import SandboxKilledByAgent
+    from repogym.trainer.fleet import EpisodeRequest, RolloutWorker, WorkerSpec
+    from repogym.envs.errors import SandboxKilledByAgent
     worker = RolloutWorker(WorkerSpec(tasks=[tiny_task], env={"sandbox": "local"}, agent="null"))
     for error in (SandboxKilledByAgent("sandbox.local.ping", "runner exited"), RuntimeError("a bug"),
                   SandboxError("sandbox.local.start", "no bwrap")):

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
-import envs.rewards.evaluate as evaluate
-from envs.repo_env import RepoTaskEnv
-from envs.rewards import RESOLVED, UNRESOLVED, grade, reward_of
-from envs.rewards.canary import Canary, canary_source
-from envs.rewards.guards import check_run, harness_reach, tripped
-from envs.sandbox import SandboxConfig, sandbox_factory
-from envs.sandbox.testrun import TestRun, _read_stream, aggregate_stream, launch_command
+import repogym.envs.rewards.evaluate as evaluate
+from repogym.envs.repo_env import RepoTaskEnv
+from repogym.envs.rewards import RESOLVED, UNRESOLVED, grade, reward_of
+from repogym.envs.rewards.canary import Canary, canary_source
+from repogym.envs.rewards.guards import check_run, harness_reach, tripped
+from repogym.envs.sandbox import SandboxConfig, sandbox_factory
+from repogym.envs.sandbox.testrun import TestRun, _read_stream, aggregate_stream, launch_command
 from tests.conftest import CORRECT
 from tests.test_integrity import F2P, patch_of
 

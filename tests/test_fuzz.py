@@ -30,8 +30,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-from envs.repo_env import EnvConfig, RepoTaskEnv
-from envs.tools import TOOLS
+from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
+from repogym.envs.tools import TOOLS
 from tests.conftest import IN_CI, require_backend
 
 OBS_LIMIT = 2_000
@@ -50,7 +50,7 @@ def call(name, **arguments) -> str:
 def _make_env(backend: str, tiny_task) -> RepoTaskEnv:
     require_backend(backend)
     if backend == "docker":
-        from envs.sandbox.images import base_image_exists
+        from repogym.envs.sandbox.images import base_image_exists
         if not base_image_exists():
             if IN_CI:
                 pytest.fail("CI=true but the base image is missing: .ci/run must run `repogym images build`")

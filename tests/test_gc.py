@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.errors import ConfigError, SandboxUnavailable
-from envs.sandbox import gc, owner
-from envs.sandbox.owner import (MARKER_NAME, OWNER_LABEL, heartbeat_path, owner_alive, owner_id, owner_labels,
+from repogym.envs.errors import ConfigError, SandboxUnavailable
+from repogym.envs.sandbox import gc, owner
+from repogym.envs.sandbox.owner import (MARKER_NAME, OWNER_LABEL, heartbeat_path, owner_alive, owner_id, owner_labels,
                                 owner_status, write_owner_marker)
 from repogym.cli import main
 from tests.conftest import require_backend
@@ -270,8 +270,8 @@ def test_cli_prints_kinds_and_reasons_and_dry_run_keeps(world, capsys):
 def docker_world(world, monkeypatch):
     """``world`` with the real Docker daemon; yields a fresh run id and removes what a test leaves."""
     require_backend("docker")
-    from envs.sandbox.docker import docker_client
-    from envs.sandbox.images import base_image_exists
+    from repogym.envs.sandbox.docker import docker_client
+    from repogym.envs.sandbox.images import base_image_exists
     if not base_image_exists():
         pytest.fail("base image missing: run `repogym images build`")
     monkeypatch.setattr(gc, "docker_client", docker_client)

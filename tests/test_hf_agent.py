@@ -5,11 +5,11 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 
-from agents.hf import HFAgent, HFAgentConfig, HFEngine
-from agents.policy import SamplingParams
-from agents.rollout import run_episode
-from agents.trajectory import read_trajectory
-from trainer.tiny import TinyModelConfig, build_tiny_model, build_tokenizer
+from repogym.agents.hf import HFAgent, HFAgentConfig, HFEngine
+from repogym.agents.policy import SamplingParams
+from repogym.agents.rollout import run_episode
+from repogym.agents.trajectory import read_trajectory
+from repogym.trainer.tiny import TinyModelConfig, build_tiny_model, build_tokenizer
 
 TINY = TinyModelConfig(vocab_size=400, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
                        num_kv_heads=1, max_position_embeddings=8192)

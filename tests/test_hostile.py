@@ -14,8 +14,8 @@ import threading
 
 import pytest
 
-from envs.repo_env import EnvConfig, RepoTaskEnv
-from envs.sandbox import SandboxConfig
+from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
+from repogym.envs.sandbox import SandboxConfig
 
 
 def call(name, **arguments):

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-import envs.rewards.evaluate as evaluate
-from envs.errors import SandboxError, SandboxKilledByAgent
-from envs.repo_env import RepoTaskEnv
-from envs.rewards import INFRA_ERROR, RESOLVED, UNRESOLVED, grade, reward_of
-from envs.rewards.leaks import added_lines, find_leaks, inspect_sandbox
-from envs.rewards.validate import validate_task
-from envs.sandbox import SandboxConfig, sandbox_factory
-from envs.sandbox.local import PROJECT_ROOT, SYSTEM_DIRS
-from envs.tasks.repos import snapshot
+import repogym.envs.rewards.evaluate as evaluate
+from repogym.envs.errors import SandboxError, SandboxKilledByAgent
+from repogym.envs.repo_env import RepoTaskEnv
+from repogym.envs.rewards import INFRA_ERROR, RESOLVED, UNRESOLVED, grade, reward_of
+from repogym.envs.rewards.leaks import added_lines, find_leaks, inspect_sandbox
+from repogym.envs.rewards.validate import validate_task
+from repogym.envs.sandbox import SandboxConfig, sandbox_factory
+from repogym.envs.sandbox.local import PROJECT_ROOT, SYSTEM_DIRS
+from repogym.envs.tasks.repos import snapshot
 from tests.conftest import CORRECT, _git
 
 F2P = "tests/test_hidden.py::test_clamp_above"
@@ -372,7 +372,7 @@ def test_local_sandbox_shows_no_host_path_beyond_what_it_needs(tiny_task):
 
 @pytest.mark.slow
 def test_a_generated_task_has_a_parentless_base_commit(tmp_path):
-    from envs.taskgen.generate import GenerateConfig, generate
+    from repogym.envs.taskgen.generate import GenerateConfig, generate
     from tests.conftest import require_backend
     require_backend("local")
     (tmp_path / "mini").mkdir()
@@ -404,7 +404,7 @@ def test_validate_runs_the_no_leak_check_on_every_task(factory, tiny_task):
 
 @pytest.mark.slow
 def test_validate_cli_reports_a_leak(tmp_path, capsys, tiny_task, backend, monkeypatch):
-    import envs.rewards.validate as validate
+    import repogym.envs.rewards.validate as validate
     from repogym.cli import main
     path = tmp_path / "tiny.jsonl"
     path.write_text(json.dumps(tiny_task.to_dict()) + "\n")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.db import EpisodeRow, ResultsDB
+from repogym.bench.db import EpisodeRow, ResultsDB
 from repogym.cli import main
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -88,8 +88,8 @@ def test_markdown_table_ranks_and_excludes_infra_errors(tmp_path, capsys):
 
 
 def test_checkpoints_of_one_agent_are_rows_of_their_own(tmp_path):
-    from bench.leaderboard import table
-    from bench.metrics import summarize
+    from repogym.bench.leaderboard import table
+    from repogym.bench.metrics import summarize
 
     rows = [_row("alpha", i, "resolved" if i < resolved else "unresolved", checkpoint=step)
             for step, resolved in (("step-10", 1), ("step-20", 3)) for i in range(4)]
@@ -131,8 +131,8 @@ def trajectory(tiny_task, tmp_path_factory) -> Path:
     """A resolved episode on the tiny task: long output, a bad call, unparsable text, a fix, diff, submit."""
     import gymnasium as gym
 
-    import envs  # noqa: F401  (registers the env id)
-    from agents.rollout import run_episode
+    import repogym.envs  # noqa: F401  (registers the env id)
+    from repogym.agents.rollout import run_episode
 
     path = tmp_path_factory.mktemp("traj") / "episode.jsonl"
     agent = Scripted([_call("bash", command="seq 1 100"), _call("nope"), "let me think <script>x</script>",
@@ -174,7 +174,7 @@ def test_show_full_and_html(trajectory, tmp_path, capsys):
 
 
 def test_colours_only_when_asked(trajectory):
-    from bench.viewer import load_episode, render_text
+    from repogym.bench.viewer import load_episode, render_text
 
     view = load_episode(trajectory)
     assert "\033[1;32mresolved\033[0m" in render_text(view, color=True)  # bold green

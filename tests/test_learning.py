@@ -7,13 +7,13 @@ import statistics
 import pytest
 import torch
 
-from agents.hf import HFEngine
-from agents.policy import SamplingParams
-from trainer.algorithms import make_algorithm
-from trainer.algorithms.common import Sample
-from trainer.checkpoint import load_checkpoint, save_checkpoint
-from trainer.learner import Learner, LearnerConfig
-from trainer.tiny import TinyModelConfig, build_tiny_model, build_tokenizer
+from repogym.agents.hf import HFEngine
+from repogym.agents.policy import SamplingParams
+from repogym.trainer.algorithms import make_algorithm
+from repogym.trainer.algorithms.common import Sample
+from repogym.trainer.checkpoint import load_checkpoint, save_checkpoint
+from repogym.trainer.learner import Learner, LearnerConfig
+from repogym.trainer.tiny import TinyModelConfig, build_tiny_model, build_tokenizer
 
 TINY = TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
                        num_kv_heads=1, max_position_embeddings=256)

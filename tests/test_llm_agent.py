@@ -8,10 +8,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agents import make_agent
-from agents.llm import LLMAgent, LLMConfig, LLMHTTPError
-from envs.actions import parse_action
-from envs.errors import ConfigError, InfraError
+from repogym.agents import make_agent
+from repogym.agents.llm import LLMAgent, LLMConfig, LLMHTTPError
+from repogym.envs.actions import parse_action
+from repogym.envs.errors import ConfigError, InfraError
 
 TOOLS = [{"type": "function", "function": {"name": "view", "description": "Show a file.",
                                            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}},
@@ -157,7 +157,7 @@ def test_only_the_first_of_several_tool_calls_runs_and_stays_in_the_history(serv
 
 
 def test_arguments_that_are_not_json_reach_the_env_as_a_parse_error(server):
-    from envs.tools import ToolError
+    from repogym.envs.tools import ToolError
     server.script = [tool_call_reply("view", '{"path": "a"')]
     agent = agent_for(server)
     agent.reset("task", {"tools": TOOLS})
@@ -269,8 +269,8 @@ def test_config_reads_the_environment_and_checks_values(monkeypatch):
 
 
 def test_end_to_end_episode_on_the_local_backend(server, tiny_task):
-    from agents.rollout import run_episode
-    from envs.repo_env import RepoTaskEnv
+    from repogym.agents.rollout import run_episode
+    from repogym.envs.repo_env import RepoTaskEnv
     from tests.conftest import require_backend
     require_backend("local")
     server.script = [tool_call_reply("apply_patch", {"patch": tiny_task.patch}, "call_p"),

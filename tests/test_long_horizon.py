@@ -8,19 +8,19 @@ import json
 import gymnasium as gym
 import pytest
 
-from agents.context import (ContextOverflow, FullPolicy, SummaryPolicy, WindowPolicy, history_from_trajectory,
+from repogym.agents.context import (ContextOverflow, FullPolicy, SummaryPolicy, WindowPolicy, history_from_trajectory,
                             make_context_policy, rebuild)
-from agents.hf import HFAgent, HFAgentConfig, HFEngine
-from agents.llm import LLMAgent, LLMConfig
-from agents.rollout import run_episode
-from agents.trajectory import TokenSequence, read_trajectory
-from envs.errors import ConfigError
-from envs.repo_env import EnvConfig, RepoTaskEnv
+from repogym.agents.hf import HFAgent, HFAgentConfig, HFEngine
+from repogym.agents.llm import LLMAgent, LLMConfig
+from repogym.agents.rollout import run_episode
+from repogym.agents.trajectory import TokenSequence, read_trajectory
+from repogym.envs.errors import ConfigError
+from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
 from tests.test_hf_agent import RecordingEngine, tiny_lm  # noqa: F401 (a fixture)
 from tests.test_llm_agent import FakeServer, text_reply, tool_call_reply
-from trainer.algorithms.common import Sample
-from trainer.algorithms.grpo import GRPO, GRPOConfig
-from trainer.learner import micro_batches
+from repogym.trainer.algorithms.common import Sample
+from repogym.trainer.algorithms.grpo import GRPO, GRPOConfig
+from repogym.trainer.learner import micro_batches
 
 
 def conversation(turns: int, output_chars: int = 2000) -> list[dict]:
@@ -237,7 +237,7 @@ def test_micro_batches_stay_under_the_token_budget():
 def test_every_shipped_config_loads_with_a_buildable_context_policy():
     from pathlib import Path
 
-    from trainer.config import load_config
+    from repogym.trainer.config import load_config
     configs = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
     assert configs
     for path in configs:

@@ -1,6 +1,6 @@
 """The builtin suite's long-horizon tasks: marked as such, and their bug far from a test that catches it.
 
-Structural, from the static call graph (``envs.analysis``), on the fixed project plus the hidden tests: each
+Structural, from the static call graph (``repogym.envs.analysis``), on the fixed project plus the hidden tests: each
 long task has a FAIL_TO_PASS test that calls or imports nothing from the files its gold patch touches and,
 where the graph links that test to a function the gold patch changes, is at least three calls away from it.
 """
@@ -10,11 +10,11 @@ import subprocess
 
 import pytest
 
-from envs.analysis import RepoIndex
-from envs.analysis.diffs import parse_diff
-from envs.analysis.extract import is_test_file
-from envs.taskgen.horizon import distances_from_tests, nearest_target_files
-from envs.tasks.suites import load_suite, task_repos_dir
+from repogym.envs.analysis import RepoIndex
+from repogym.envs.analysis.diffs import parse_diff
+from repogym.envs.analysis.extract import is_test_file
+from repogym.envs.taskgen.horizon import distances_from_tests, nearest_target_files
+from repogym.envs.tasks.suites import load_suite, task_repos_dir
 
 MIN_DISTANCE = 3
 LONG = [t for t in load_suite("builtin") if t.extra.get("horizon") == "long"]
@@ -83,8 +83,8 @@ def test_most_long_tasks_have_the_chain_visible_in_the_call_graph(indexes):
 
 
 def test_task_json_horizon_fields_are_checked():
-    from envs.errors import ConfigError
-    from envs.tasks.builtin import horizon_fields
+    from repogym.envs.errors import ConfigError
+    from repogym.envs.tasks.builtin import horizon_fields
     assert horizon_fields({"difficulty": 1}, "p/t") == {}  # absent stays absent: old records are unchanged
     assert horizon_fields({"horizon": "long", "min_turns": 12}, "p/t") == {"horizon": "long", "min_turns": 12}
     with pytest.raises(ConfigError, match=r"p/t/task.json: horizon: expected \"long\""):

@@ -1,4 +1,4 @@
-"""envs.taskgen.mutations: each operator on a small source with known sites, then sampling, combining, dedupe.
+"""repogym.envs.taskgen.mutations: each operator on a small source with known sites, then sampling, combining, dedupe.
 
 Each operator test lists every mutated source it must produce, written as a one-place edit of the
 original, so a missing site, an extra site or a wrong replacement all fail. Every source also holds
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from envs.taskgen.mutations import (
+from repogym.envs.taskgen.mutations import (
     OPERATORS,
     Mutation,
     combine,

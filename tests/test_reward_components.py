@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from envs.errors import ConfigError
-from envs.rewards.components import EpisodeFacts, RewardConfig, compute_reward, register_component
-from envs.rewards.evaluate import EvalRecord
+from repogym.envs.errors import ConfigError
+from repogym.envs.rewards.components import EpisodeFacts, RewardConfig, compute_reward, register_component
+from repogym.envs.rewards.evaluate import EvalRecord
 
 COVER = {"tests": [{"name": "t.a", "file": "tests/t.py", "line": 1, "test_id": "tests/t.py::test_a"},
                    {"name": "t.b", "file": "tests/t.py", "line": 5, "test_id": "tests/t.py::test_b"}],

@@ -4,10 +4,10 @@ import math
 
 import pytest
 
-from envs.errors import SandboxError
-from envs.rewards import INFRA_ERROR, PATCH_FAILED, RESOLVED, UNRESOLVED, grade, reward_of
-from envs.rewards.validate import validate_task
-from envs.sandbox import SandboxConfig, sandbox_factory
+from repogym.envs.errors import SandboxError
+from repogym.envs.rewards import INFRA_ERROR, PATCH_FAILED, RESOLVED, UNRESOLVED, grade, reward_of
+from repogym.envs.rewards.validate import validate_task
+from repogym.envs.sandbox import SandboxConfig, sandbox_factory
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from envs.errors import SandboxError
-from envs.sandbox import SandboxConfig, SandboxRequestError, make_sandbox
-from envs.tasks.repos import RepoSnapshot, snapshot
+from repogym.envs.errors import SandboxError
+from repogym.envs.sandbox import SandboxConfig, SandboxRequestError, make_sandbox
+from repogym.envs.tasks.repos import RepoSnapshot, snapshot
 
 
 def running(box, pattern: str) -> int:

@@ -94,7 +94,7 @@ def test_an_oracle_episode_a_kill_reached_may_fail_to_resolve():
 @pytest.mark.slow
 def test_short_soak_with_kills_leaks_nothing_and_keeps_the_invariants():
     require_backend("docker")
-    from envs.sandbox.images import base_image_exists
+    from repogym.envs.sandbox.images import base_image_exists
     if not base_image_exists():
         pytest.fail("base image missing: run `repogym images build`")
     report = soak(n_envs=4, minutes=0.6, kill_every_s=4.0, backend="docker", seed=0, idle_episodes=4,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from envs.rewards.tamper import (config_files_touched, filter_patch, is_tamper_path, is_test_path, pytest_section,
+from repogym.envs.rewards.tamper import (config_files_touched, filter_patch, is_tamper_path, is_test_path, pytest_section,
                                  split_patch)
 
 

@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from envs.errors import ConfigError
-from envs.rewards.validate import validate_task
-from envs.sandbox import SandboxConfig, sandbox_factory
-from envs.taskgen.generate import GenerateConfig, SourceNotUsable, explain_failure, generate
-from envs.taskgen.layout import declared_requirements, detect_layout
-from envs.taskgen.sources import materialize
+from repogym.envs.errors import ConfigError
+from repogym.envs.rewards.validate import validate_task
+from repogym.envs.sandbox import SandboxConfig, sandbox_factory
+from repogym.envs.taskgen.generate import GenerateConfig, SourceNotUsable, explain_failure, generate
+from repogym.envs.taskgen.layout import declared_requirements, detect_layout
+from repogym.envs.taskgen.sources import materialize
 
 LIB = '''\
 def clamp(x, low, high):
@@ -188,10 +188,10 @@ def _write(root, files):
 
 
 def test_long_horizon_verdicts_on_a_call_chain(tmp_path):
-    from envs.analysis import RepoIndex
-    from envs.taskgen.generate import _is_test_file
-    from envs.taskgen.horizon import judge, min_turns
-    from envs.taskgen.mutations import Mutation
+    from repogym.envs.analysis import RepoIndex
+    from repogym.envs.taskgen.generate import _is_test_file
+    from repogym.envs.taskgen.horizon import judge, min_turns
+    from repogym.envs.taskgen.mutations import Mutation
     files = dict(DEEP, **{"tests/test_near.py": "from deep.stats import total\nfrom deep.api import describe\n\n\n"
                                                 "def test_via_api():\n    assert describe([2]) == 'stats 2/2'\n",
                           "tests/test_named.py": "from deep.api import describe\n\n\ndef test_named():\n"

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from envs.errors import ConfigError, TaskFileError
-from envs.tasks import load_tasks, save_tasks
-from envs.tasks.schema import DEFAULT_TEST_COMMAND, Task
-from envs.tasks.suites import find_task, suite_path
+from repogym.envs.errors import ConfigError, TaskFileError
+from repogym.envs.tasks import load_tasks, save_tasks
+from repogym.envs.tasks.schema import DEFAULT_TEST_COMMAND, Task
+from repogym.envs.tasks.suites import find_task, suite_path
 
 SWEBENCH = {
     "repo": "astropy/astropy", "instance_id": "astropy__astropy-12907", "base_commit": "d16bfe05a7",
@@ -75,7 +75,7 @@ def test_unknown_suite_lists_valid_names():
 
 
 def test_builtin_suite_shape():
-    from envs.tasks.suites import load_suite
+    from repogym.envs.tasks.suites import load_suite
     tasks = load_suite("builtin")
     assert len(tasks) >= 30
     assert {t.difficulty for t in tasks} >= {1, 2, 3}

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.errors import ConfigError
-from trainer.config import TrainConfig, from_dict, load_config
-from trainer.train import Trainer
+from repogym.envs.errors import ConfigError
+from repogym.trainer.config import TrainConfig, from_dict, load_config
+from repogym.trainer.train import Trainer
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 TASKS = ["repogym__tablekit-center-odd-padding", "repogym__tablekit-zero-header-label"]

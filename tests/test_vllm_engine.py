@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.policy import SamplingParams
-from envs.errors import ConfigError
+from repogym.agents.policy import SamplingParams
+from repogym.envs.errors import ConfigError
 
 FAKES = str(Path(__file__).parent / "fakes")
 REPO = str(Path(__file__).parent.parent)
@@ -32,7 +32,7 @@ def fake_vllm(monkeypatch):
 
 
 def _engine(**fields):
-    from trainer.inference.vllm_engine import VLLMEngine, VLLMEngineConfig
+    from repogym.trainer.inference.vllm_engine import VLLMEngine, VLLMEngineConfig
 
     return VLLMEngine(VLLMEngineConfig(model="/models/tiny", **fields))
 
@@ -41,7 +41,7 @@ def test_engine_arguments_ask_for_processed_logprobs_and_the_weight_extension(fa
     engine = _engine(max_model_len=48)
     kwargs = engine.llm.kwargs
     assert kwargs["logprobs_mode"] == "processed_logprobs"
-    assert kwargs["worker_extension_cls"] == "trainer.inference.vllm_worker.WeightSyncExtension"
+    assert kwargs["worker_extension_cls"] == "repogym.trainer.inference.vllm_worker.WeightSyncExtension"
     assert kwargs["max_model_len"] == 48 and "distributed_executor_backend" not in kwargs
     tp = _engine(tensor_parallel_size=2).llm.kwargs
     assert tp["tensor_parallel_size"] == 2 and tp["distributed_executor_backend"] == "ray"
@@ -108,7 +108,7 @@ def test_update_weights_loads_named_cpu_tensors_on_every_rank(fake_vllm):
 
 
 def test_engine_registry_builds_by_name_and_lists_names_on_a_miss(fake_vllm):
-    from trainer.inference import make_engine
+    from repogym.trainer.inference import make_engine
 
     engine = make_engine("vllm", model="/models/tiny", enforce_eager=True)
     assert engine.llm.kwargs["enforce_eager"] is True
@@ -121,8 +121,8 @@ def test_engine_actors_on_one_gpu_and_on_a_tensor_parallel_placement_group():
     """Ray with made-up GPUs: actors are placed, serve RayEngineClient and take pushed weights."""
     import ray
 
-    from trainer.inference import RayEngineClient, push_weights
-    from trainer.inference.vllm_engine import VLLMEngineConfig, make_vllm_actor
+    from repogym.trainer.inference import RayEngineClient, push_weights
+    from repogym.trainer.inference.vllm_engine import VLLMEngineConfig, make_vllm_actor
 
     if ray.is_initialized():
         ray.shutdown()

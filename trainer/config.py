@@ -14,11 +14,11 @@ from typing import Any
 
 import yaml
 
-from agents.hf import HFAgentConfig
-from envs.errors import ConfigError
-from trainer.curriculum import CurriculumConfig
-from trainer.learner import LearnerConfig
-from trainer.tiny import TinyModelConfig
+from repogym.agents.hf import HFAgentConfig
+from repogym.envs.errors import ConfigError
+from repogym.trainer.curriculum import CurriculumConfig
+from repogym.trainer.learner import LearnerConfig
+from repogym.trainer.tiny import TinyModelConfig
 
 
 @dataclass

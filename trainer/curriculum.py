@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from envs.tasks.schema import Task
+from repogym.envs.tasks.schema import Task
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Curriculum:
     def __init__(self, config: CurriculumConfig | None = None, tasks_by_suite: dict[str, list[Task]] | None = None):
         self.config = c = config or CurriculumConfig()
         if tasks_by_suite is None:
-            from envs.tasks.suites import load_suite
+            from repogym.envs.tasks.suites import load_suite
 
             tasks_by_suite = {name: load_suite(name) for name in c.suites}
         unknown = sorted(set(c.suites) - set(tasks_by_suite))

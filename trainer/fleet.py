@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.trajectory import TokenSequence
-from envs.errors import InfraError
+from repogym.agents.trajectory import TokenSequence
+from repogym.envs.errors import InfraError
 
 
 @dataclass(frozen=True)
@@ -118,11 +118,11 @@ class RolloutWorker:
             self.tokenizer = AutoTokenizer.from_pretrained(spec.model_path, local_files_only=True)
         if spec.agent == "hf":
             if spec.engine_handles:
-                from trainer.inference import RayEngineClient
+                from repogym.trainer.inference import RayEngineClient
 
                 self.engine = RayEngineClient(spec.engine_handles[worker_id % len(spec.engine_handles)])
             else:
-                from agents.hf import HFEngine
+                from repogym.agents.hf import HFEngine
 
                 self.engine = HFEngine.from_pretrained(spec.model_path, dtype="float32", device="cpu")
         self._slots: queue.Queue = queue.Queue()
@@ -132,7 +132,7 @@ class RolloutWorker:
     def _env(self):
         import gymnasium as gym
 
-        from envs.repo_env import EnvConfig
+        from repogym.envs.repo_env import EnvConfig
 
         e = self.spec.env
         config = EnvConfig(sandbox=e.get("sandbox"), max_turns=e.get("max_turns", 4),
@@ -146,13 +146,13 @@ class RolloutWorker:
         if self.spec.agent == "hf":
             from dataclasses import replace
 
-            from agents.hf import HFAgent, HFAgentConfig
+            from repogym.agents.hf import HFAgent, HFAgentConfig
 
             config = HFAgentConfig(**self.spec.agent_options)
             if request.temperature is not None:
                 config = replace(config, temperature=request.temperature)
             return HFAgent(_TimedEngine(self.engine), self.tokenizer, config)
-        from agents import make_agent
+        from repogym.agents import make_agent
 
         options = dict(self.spec.agent_options)
         if self.spec.agent == "oracle":
@@ -161,7 +161,7 @@ class RolloutWorker:
 
     def run(self, request: EpisodeRequest) -> EpisodeOutcome:
         """Run one episode; infrastructure failures come back as an ``infra_error`` outcome."""
-        from agents.rollout import run_episode
+        from repogym.agents.rollout import run_episode
 
         slot = self._slots.get()
         start = time.monotonic()
@@ -177,7 +177,7 @@ class RolloutWorker:
                                  agent_name=self.spec.agent, trajectory=trajectory)
             tokens = result.tokens
             if tokens is None and self.tokenizer is not None and not result.infra_error:
-                from trainer.sft_data import teacher_forced_tokens
+                from repogym.trainer.sft_data import teacher_forced_tokens
 
                 tokens = teacher_forced_tokens(result.trajectory, self.tokenizer, self.spec.format_options)
             generate_s = agent.engine.seconds if isinstance(getattr(agent, "engine", None), _TimedEngine) else 0.0

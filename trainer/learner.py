@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from trainer.algorithms.common import Sample, collate, normalizer, token_logprobs
+from repogym.trainer.algorithms.common import Sample, collate, normalizer, token_logprobs
 
 
 @dataclass

@@ -10,10 +10,10 @@ from __future__ import annotations
 import glob
 from typing import Any
 
-from agents.hf import ChatFormat, DEFAULT_SYSTEM_PROMPT
-from agents.policy import Completion
-from agents.trajectory import TokenSequence, Trajectory, read_trajectory
-from envs.tools import tools_schema
+from repogym.agents.hf import ChatFormat, DEFAULT_SYSTEM_PROMPT
+from repogym.agents.policy import Completion
+from repogym.agents.trajectory import TokenSequence, Trajectory, read_trajectory
+from repogym.envs.tools import tools_schema
 
 
 def chat_format(tokenizer, options: dict[str, Any]) -> ChatFormat:

@@ -24,14 +24,14 @@ from typing import Any
 
 import yaml
 
-from envs.errors import ConfigError
-from trainer.algorithms import make_algorithm
-from trainer.algorithms.common import Sample
-from trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from trainer.config import TrainConfig, to_dict
-from trainer.curriculum import Curriculum
-from trainer.fleet import EpisodeOutcome, EpisodeRequest, WorkerSpec, make_fleet
-from trainer.metrics import MetricsLogger
+from repogym.envs.errors import ConfigError
+from repogym.trainer.algorithms import make_algorithm
+from repogym.trainer.algorithms.common import Sample
+from repogym.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from repogym.trainer.config import TrainConfig, to_dict
+from repogym.trainer.curriculum import Curriculum
+from repogym.trainer.fleet import EpisodeOutcome, EpisodeRequest, WorkerSpec, make_fleet
+from repogym.trainer.metrics import MetricsLogger
 
 
 def _seed_of(*parts: int) -> int:
@@ -85,17 +85,17 @@ class Trainer:
             return str(Path(self.config.model.path).resolve())
         out = self.run_dir / "model"
         if not (out / "config.json").exists():
-            from trainer.tiny import build_tiny
+            from repogym.trainer.tiny import build_tiny
 
             build_tiny(out, self._corpus(), self.config.model.tiny)
         return str(out)
 
     def _corpus(self) -> list[str]:
         """Text for the tiny tokenizer: the prompts, tool schemas and oracle actions of the training tasks."""
-        from agents.hf import DEFAULT_SYSTEM_PROMPT
-        from agents.oracle import OracleAgent
-        from envs.repo_env import EnvConfig, RepoTaskEnv
-        from envs.tools import tools_schema
+        from repogym.agents.hf import DEFAULT_SYSTEM_PROMPT
+        from repogym.agents.oracle import OracleAgent
+        from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
+        from repogym.envs.tools import tools_schema
 
         env = RepoTaskEnv(tasks=self.tasks, sandbox="local",
                           config=EnvConfig(max_turns=self.config.env.max_turns))
@@ -114,7 +114,7 @@ class Trainer:
     def _learner(self):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from trainer.learner import Learner
+        from repogym.trainer.learner import Learner
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(self.model_path, local_files_only=True, dtype="float32")
@@ -136,7 +136,7 @@ class Trainer:
         if self.config.inference.engine != "vllm":
             return []
         if not hasattr(self, "_vllm"):
-            from trainer.inference.vllm_engine import VLLMEngineConfig, make_vllm_actor
+            from repogym.trainer.inference.vllm_engine import VLLMEngineConfig, make_vllm_actor
 
             i = self.config.inference
             cfg = VLLMEngineConfig(model=self.model_path, tensor_parallel_size=i.tensor_parallel_size,
@@ -147,7 +147,7 @@ class Trainer:
 
     def _push_weights(self) -> None:
         """The learner's weights to every rollout engine: in-process ones (fleet) and vLLM actors."""
-        from trainer.inference import push_weights
+        from repogym.trainer.inference import push_weights
 
         state = self.learner.policy_state()
         self.fleet.push_weights(state, self.version)
@@ -229,8 +229,8 @@ class Trainer:
 
     def warm_start(self) -> None:
         """SFT on successful trajectories (collected from ``sft.agent`` on the training tasks, or a glob)."""
-        from trainer.algorithms.sft import SFT, SFTConfig
-        from trainer.sft_data import load_sft_sequences
+        from repogym.trainer.algorithms.sft import SFT, SFTConfig
+        from repogym.trainer.sft_data import load_sft_sequences
 
         s = self.config.sft
         fmt = {"system_prompt": self.config.agent.system_prompt, "tools": self.config.agent.tools}

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import tree_sitter_python
 from tree_sitter import Language, Node, Parser, Query, QueryCursor, Tree
 
-from envs.analysis.model import Symbol, SyntaxIssue, Unresolved
+from repogym.envs.analysis.model import Symbol, SyntaxIssue, Unresolved
 
 PY_LANGUAGE = Language(tree_sitter_python.language())
 _PARSER = Parser(PY_LANGUAGE)
@@ -30,7 +30,7 @@ _PARSER = Parser(PY_LANGUAGE)
 VAR = ("var",)  # a name bound to a value we do not track (assignment, parameter, loop variable)
 MODULE_SCOPE = -1
 
-# Names bound by assignments and for loops; shared with the mutation operators (envs.taskgen.mutations).
+# Names bound by assignments and for loops; shared with the mutation operators (repogym.envs.taskgen.mutations).
 STORE_PATTERNS = """
 (assignment left: (identifier) @store)
 (assignment left: (pattern_list (identifier) @store))

@@ -16,10 +16,10 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envs.analysis.diffs import FileDiff, parse_diff
-from envs.analysis.extract import FileFacts
-from envs.analysis.index import RepoIndex
-from envs.errors import ConfigError
+from repogym.envs.analysis.diffs import FileDiff, parse_diff
+from repogym.envs.analysis.extract import FileFacts
+from repogym.envs.analysis.index import RepoIndex
+from repogym.envs.errors import ConfigError
 
 _TEST_DEPTH = 5  # tests are searched at least this deep: a test 4 calls away still exercises the change
 

@@ -19,11 +19,11 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from pathlib import Path
 
-from envs.analysis import extract as _extract
-from envs.analysis.extract import FileFacts, extract
-from envs.analysis.model import Reference, Symbol, SyntaxIssue, Unresolved
-from envs.analysis.resolve import Resolver
-from envs.errors import ConfigError
+from repogym.envs.analysis import extract as _extract
+from repogym.envs.analysis.extract import FileFacts, extract
+from repogym.envs.analysis.model import Reference, Symbol, SyntaxIssue, Unresolved
+from repogym.envs.analysis.resolve import Resolver
+from repogym.envs.errors import ConfigError
 
 _SKIP_DIRS = frozenset({"__pycache__", "build", "venv", "node_modules"})
 

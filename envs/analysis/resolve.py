@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import builtins
 
-from envs.analysis.extract import VAR, FileFacts
-from envs.analysis.model import Reference, Unresolved
+from repogym.envs.analysis.extract import VAR, FileFacts
+from repogym.envs.analysis.model import Reference, Unresolved
 
 EXTERNAL = ("external",)  # resolves outside the repository (builtin, other library): not reported
 UNBOUND = ("unbound",)  # a bare name bound nowhere we can see

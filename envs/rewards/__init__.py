@@ -1,7 +1,7 @@
 """Evaluation: pristine-sandbox grading, the tamper filter, statuses and the reward of an episode."""
 
-from envs.rewards.evaluate import INFRA_ERROR, PATCH_FAILED, RESOLVED, UNRESOLVED, EvalRecord, grade
-from envs.sandbox.testrun import run_tests
+from repogym.envs.rewards.evaluate import INFRA_ERROR, PATCH_FAILED, RESOLVED, UNRESOLVED, EvalRecord, grade
+from repogym.envs.sandbox.testrun import run_tests
 
 __all__ = ["EvalRecord", "grade", "run_tests", "RESOLVED", "UNRESOLVED", "PATCH_FAILED", "INFRA_ERROR"]
 

@@ -30,7 +30,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from envs.sandbox.base import Sandbox
+from repogym.envs.sandbox.base import Sandbox
 
 WORDS = ("parse", "value", "empty", "order", "merge", "split", "limit", "range", "token", "quote", "strip",
          "round", "share", "build", "cache", "drop", "keep", "nested", "first", "last", "count", "group", "match",

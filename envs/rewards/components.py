@@ -24,8 +24,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from envs.errors import ConfigError
-from envs.rewards.evaluate import INFRA_ERROR, EvalRecord
+from repogym.envs.errors import ConfigError
+from repogym.envs.rewards.evaluate import INFRA_ERROR, EvalRecord
 
 
 @dataclass

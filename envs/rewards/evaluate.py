@@ -1,13 +1,13 @@
 """Grading in a pristine sandbox: the one place a reward comes from, and it fails closed.
 
-Steps: drop tampering from the agent's diff (:mod:`envs.rewards.tamper`); start a fresh sandbox of the
+Steps: drop tampering from the agent's diff (:mod:`repogym.envs.rewards.tamper`); start a fresh sandbox of the
 task's environment and run its health check (a trivial command answers, the interpreter starts with
 pytest) and load the base commit; apply the filtered diff; ask git what really changed and put back any
 test file, start-up hook, shadowing module, bytecode or pytest section the diff still reached; add the
-task's hidden ``test_patch``; plant canary tests beside a FAIL_TO_PASS test (:mod:`envs.rewards.canary`);
+task's hidden ``test_patch``; plant canary tests beside a FAIL_TO_PASS test (:mod:`repogym.envs.rewards.canary`);
 run the files that hold FAIL_TO_PASS and PASS_TO_PASS under the harness's launcher and report plugin
-(:func:`envs.sandbox.testrun.run_test_command`) and read its per-test report; cross-check the run
-(:mod:`envs.rewards.guards`).
+(:func:`repogym.envs.sandbox.testrun.run_test_command`) and read its per-test report; cross-check the run
+(:mod:`repogym.envs.rewards.guards`).
 
 Fails closed: a test passes only when that report says ``passed``; a test the report lacks (not collected,
 deselected, or the run left no report at all) is ``missing`` and failed, as are ``skipped``, ``error``,
@@ -30,15 +30,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from envs.errors import InfraError, SandboxError
-from envs.rewards.canary import plant_canaries
-from envs.rewards.guards import check_run, harness_reach, tripped
-from envs.rewards.tamper import CONFIG_WITH_PYTEST_SECTION, filter_patch, is_tamper_path, pytest_section
-from envs.sandbox.base import Sandbox
-from envs.sandbox.testrun import run_test_command
-from envs.tasks.patches import touched_paths
-from envs.tasks.repos import snapshot
-from envs.tasks.schema import Task
+from repogym.envs.errors import InfraError, SandboxError
+from repogym.envs.rewards.canary import plant_canaries
+from repogym.envs.rewards.guards import check_run, harness_reach, tripped
+from repogym.envs.rewards.tamper import CONFIG_WITH_PYTEST_SECTION, filter_patch, is_tamper_path, pytest_section
+from repogym.envs.sandbox.base import Sandbox
+from repogym.envs.sandbox.testrun import run_test_command
+from repogym.envs.tasks.patches import touched_paths
+from repogym.envs.tasks.repos import snapshot
+from repogym.envs.tasks.schema import Task
 
 RESOLVED, UNRESOLVED, PATCH_FAILED, INFRA_ERROR = "resolved", "unresolved", "patch_failed", "infra_error"
 

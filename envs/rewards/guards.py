@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import re
 
-from envs.rewards.canary import Canary
-from envs.sandbox.testrun import TestRun
-from envs.tasks.patches import split_patch
+from repogym.envs.rewards.canary import Canary
+from repogym.envs.sandbox.testrun import TestRun
+from repogym.envs.tasks.patches import split_patch
 
 GUARDS = ("canary", "report", "exit_status", "summary")
 OK = "ok"

@@ -31,9 +31,9 @@ import uuid
 from pathlib import PurePosixPath
 from typing import Callable
 
-from envs.sandbox.base import Sandbox
-from envs.tasks.repos import snapshot
-from envs.tasks.schema import Task
+from repogym.envs.sandbox.base import Sandbox
+from repogym.envs.tasks.repos import snapshot
+from repogym.envs.tasks.schema import Task
 
 TEXT_FILES = ("*.py", "*.pyi", "*.pyx", "*.txt", "*.json", "*.jsonl", "*.patch", "*.diff", "*.cfg", "*.toml",
               "*.ini", "*.md", "*.rst", "*.yaml", "*.yml", "*.csv", "*.html")

@@ -28,7 +28,7 @@ import tomllib
 from pathlib import PurePosixPath
 from typing import Collection, Iterable
 
-from envs.tasks.patches import split_patch
+from repogym.envs.tasks.patches import split_patch
 
 TEST_DIRS = {"tests", "test", "testing"}
 TEST_FILES = {"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "noxfile.py"}

@@ -1,7 +1,7 @@
 """Task validation: the gold patch resolves the task, the empty patch does not, no test is flaky, nothing leaks.
 
 Per task: grade the gold patch once and the empty patch three times (the baseline), and run the no-leak
-check (:func:`envs.rewards.leaks.find_leaks`) in a sandbox made as an episode's would be. Problems found:
+check (:func:`repogym.envs.rewards.leaks.find_leaks`) in a sandbox made as an episode's would be. Problems found:
 gold not resolved; a FAIL_TO_PASS test passing at base; a PASS_TO_PASS test failing at base; a way to the
 fix inside the agent's sandbox (``leak: ...``); tests whose baseline outcome changes between runs (flaky);
 infrastructure errors (reported apart, not as task bugs). Each verdict also names its failed checks in
@@ -15,11 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from envs.errors import InfraError
-from envs.rewards.evaluate import INFRA_ERROR, RESOLVED, grade
-from envs.rewards.leaks import find_leaks
-from envs.sandbox.base import Sandbox
-from envs.tasks.schema import Task
+from repogym.envs.errors import InfraError
+from repogym.envs.rewards.evaluate import INFRA_ERROR, RESOLVED, grade
+from repogym.envs.rewards.leaks import find_leaks
+from repogym.envs.sandbox.base import Sandbox
+from repogym.envs.tasks.schema import Task
 
 BASELINE_RUNS = 3
 REASONS = {

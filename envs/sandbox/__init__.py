@@ -10,12 +10,12 @@ import importlib
 import sys
 from typing import Any
 
-from envs.errors import ConfigError
-from envs.sandbox.base import CommandResult, Sandbox, SandboxConfig, SandboxRequestError
+from repogym.envs.errors import ConfigError
+from repogym.envs.sandbox.base import CommandResult, Sandbox, SandboxConfig, SandboxRequestError
 
 BACKENDS = {
-    "docker": "envs.sandbox.docker:DockerSandbox",
-    "local": "envs.sandbox.local:LocalSandbox",
+    "docker": "repogym.envs.sandbox.docker:DockerSandbox",
+    "local": "repogym.envs.sandbox.local:LocalSandbox",
 }
 _noted = False
 
@@ -59,7 +59,7 @@ def sandbox_factory(backend: str, setup: dict | None = None, config: SandboxConf
     """A no-argument callable making sandboxes of ``backend`` for a task ``setup`` (builds the image once)."""
     config = config or SandboxConfig()
     if backend == "docker":
-        from envs.sandbox.images import ensure_env_image
+        from repogym.envs.sandbox.images import ensure_env_image
         image = config.image or ensure_env_image(setup or {})
         return lambda: make_sandbox("docker", config, image=image)
     _module(backend)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from envs.errors import SandboxError, SandboxKilledByAgent
-from envs.tasks.repos import RepoSnapshot
+from repogym.envs.errors import SandboxError, SandboxKilledByAgent
+from repogym.envs.tasks.repos import RepoSnapshot
 
 INSIDE_DIR = Path(__file__).resolve().parent / "inside"
 REPO_DIR = "/repo"

@@ -15,7 +15,7 @@ import signal
 import time
 from pathlib import Path
 
-from envs.errors import ConfigError
+from repogym.envs.errors import ConfigError
 
 ROOT = Path("/sys/fs/cgroup")
 PREFIX = "repogym-"

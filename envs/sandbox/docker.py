@@ -24,9 +24,9 @@ import struct
 import time
 import uuid
 
-from envs.errors import SandboxError, SandboxUnavailable
-from envs.sandbox.base import REPO_DIR, WRITABLE, RunnerClient, RunnerExited, RunnerTimeout, SandboxConfig
-from envs.sandbox.owner import owner_labels
+from repogym.envs.errors import SandboxError, SandboxUnavailable
+from repogym.envs.sandbox.base import REPO_DIR, WRITABLE, RunnerClient, RunnerExited, RunnerTimeout, SandboxConfig
+from repogym.envs.sandbox.owner import owner_labels
 
 LABEL = "repogym"
 AGENT_UID = 1000  # the image's `agent` user; owns the tmpfs folders
@@ -65,7 +65,7 @@ class DockerSandbox(RunnerClient):
 
     def __init__(self, config: SandboxConfig | None = None, image: str | None = None):
         super().__init__(config)
-        from envs.sandbox.images import ensure_env_image
+        from repogym.envs.sandbox.images import ensure_env_image
         self.client = docker_client()
         self.image = image or self.config.image or ensure_env_image({})
         self.name = f"repogym-{self.config.run_id}-{uuid.uuid4().hex[:8]}"

@@ -2,7 +2,7 @@
 
 What counts as a leftover (and nothing else is ever touched):
 - **containers** and **volumes** labelled ``repogym`` whose ``repogym.owner`` is not alive (see
-  :mod:`envs.sandbox.owner`); one without an owner label (made before owners existed) when it is at
+  :mod:`repogym.envs.sandbox.owner`); one without an owner label (made before owners existed) when it is at
   least ``older_than_s`` old. Anything without the ``repogym`` label is never looked at.
 - **tempdirs** ``repogym-local-*`` directly in ``tempfile.gettempdir()``, owned by this user, holding a
   ``.repogym-owner`` marker whose owner is not alive. A folder without the marker is never touched.
@@ -33,10 +33,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Literal
 
-from envs.errors import ConfigError
-from envs.sandbox import cgroups
-from envs.sandbox.docker import LABEL, docker_client
-from envs.sandbox.owner import (HEARTBEAT_INTERVAL_S, MARKER_NAME, OWNER_LABEL, heartbeat_dir, owner_status,
+from repogym.envs.errors import ConfigError
+from repogym.envs.sandbox import cgroups
+from repogym.envs.sandbox.docker import LABEL, docker_client
+from repogym.envs.sandbox.owner import (HEARTBEAT_INTERVAL_S, MARKER_NAME, OWNER_LABEL, heartbeat_dir, owner_status,
                                 read_owner_marker)
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from envs.errors import ConfigError, SandboxError
-from envs.sandbox.base import INSIDE_DIR
+from repogym.envs.errors import ConfigError, SandboxError
+from repogym.envs.sandbox.base import INSIDE_DIR
 
 BASE_IMAGE = "repogym/base:bookworm"
 PULL_IMAGE = ("python", "3.11-slim-bookworm")
@@ -30,7 +30,7 @@ ENV_REPO = "repogym/env"
 
 
 def _client():
-    from envs.sandbox.docker import docker_client
+    from repogym.envs.sandbox.docker import docker_client
     return docker_client()
 
 

@@ -1,7 +1,7 @@
 """The ``local`` backend: a bubblewrap namespace sandbox, no daemon needed.
 
 Isolates: the user (a user namespace of its own: the agent is uid :data:`SANDBOX_UID` inside and an
-unprivileged host user outside, ``nobody`` when repogym runs as root (:mod:`envs.sandbox.local_launch`),
+unprivileged host user outside, ``nobody`` when repogym runs as root (:mod:`repogym.envs.sandbox.local_launch`),
 with no capabilities), the environment (cleared: only ``PATH``, ``HOME``, ``LANG``, ``TERM`` and what
 ``SandboxConfig.env`` sets), network (a new, empty network namespace), processes (own PID namespace;
 everything dies with the sandbox), IPC, and the filesystem: only what commands need is mounted, read-only:
@@ -14,7 +14,7 @@ read-only), each a size-limited tmpfs (so a disk filler fills them, not the host
 empty. Paths in ``SandboxConfig.hidden_paths`` (and the project, the cache and the bundled tasks) are also
 covered with empty mounts wherever they fall inside what is mounted. Every command runs in a PID namespace
 of its own, nested in the sandbox's, so ``kill -9 -1`` cannot reach the runner.
-Limits: process count, memory and CPU through a cgroup of the sandbox's own (:mod:`envs.sandbox.cgroups`)
+Limits: process count, memory and CPU through a cgroup of the sandbox's own (:mod:`repogym.envs.sandbox.cgroups`)
 when this process may make one (root, or a delegated cgroup tree); otherwise none, and ``limits`` says so.
 Files of /etc the world may not read (``/etc/shadow``, keys) are covered with empty ones. Does not isolate:
 the kernel, and read access to the system folders and the interpreter's environment (so a package
@@ -35,12 +35,12 @@ import time
 import uuid
 from pathlib import Path
 
-from envs.errors import SandboxError, SandboxUnavailable
-from envs.sandbox.base import INSIDE_DIR, REPO_DIR, WRITABLE, RunnerClient, RunnerExited, RunnerTimeout, SandboxConfig
-from envs.sandbox.cgroups import Cgroup, parse_bytes
-from envs.sandbox.local_launch import HOST_UID
-from envs.tasks.repos import cache_dir
-from envs.tasks.suites import task_repos_dir
+from repogym.envs.errors import SandboxError, SandboxUnavailable
+from repogym.envs.sandbox.base import INSIDE_DIR, REPO_DIR, WRITABLE, RunnerClient, RunnerExited, RunnerTimeout, SandboxConfig
+from repogym.envs.sandbox.cgroups import Cgroup, parse_bytes
+from repogym.envs.sandbox.local_launch import HOST_UID
+from repogym.envs.tasks.repos import cache_dir
+from repogym.envs.tasks.suites import task_repos_dir
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 INSIDE_MOUNT = "/.repogym"

@@ -16,6 +16,7 @@ Usage: ``python -I local_launch.py SPEC_JSON -- bwrap ARGS...`` where the spec i
 import ctypes
 import json
 import os
+import shutil
 import sys
 
 HOST_UID = 65534
@@ -53,6 +54,9 @@ def main():
     for procs in spec.get("procs", []):  # join the cgroup first, so no child of bubblewrap starts outside it
         with open(procs, "w") as fh:
             fh.write(str(os.getpid()))
+    # Found while still root: after the drop, an interpreter under /root cannot import what execvp would
+    # import lazily (os.get_exec_path imports warnings).
+    program = shutil.which(argv[0]) or argv[0]
     uid = spec.get("uid")
     if uid is not None and os.geteuid() == 0:
         if spec.get("binds"):
@@ -61,7 +65,7 @@ def main():
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)  # for good: no saved uid to return to
     argv = [spec.get("binds", {}).get(arg, arg) for arg in argv]  # not staged (not root): the sources themselves
-    os.execvp(argv[0], argv)
+    os.execv(program, argv)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ def heartbeat_dir() -> Path:
     override = os.environ.get(HEARTBEAT_DIR_ENV)
     if override:
         return Path(override)
-    from envs.tasks.repos import cache_dir
+    from repogym.envs.tasks.repos import cache_dir
     return cache_dir() / "heartbeats"
 
 

@@ -6,7 +6,7 @@ import queue
 import threading
 from typing import Callable
 
-from envs.sandbox.base import Sandbox
+from repogym.envs.sandbox.base import Sandbox
 
 
 class SandboxPool:

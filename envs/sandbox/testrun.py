@@ -35,8 +35,8 @@ import shlex
 import uuid
 from dataclasses import dataclass, field
 
-from envs.errors import InfraError
-from envs.sandbox.base import Sandbox
+from repogym.envs.errors import InfraError
+from repogym.envs.sandbox.base import Sandbox
 
 # Optional VAR=value assignments, then the pytest entry point, then the rest of the command.
 _LAUNCHABLE = re.compile(r"""^\s*((?:[A-Za-z_][A-Za-z0-9_]*=(?:'[^']*'|"[^"`\\]*"|[^\s;&|<>()`'"\\]*)\s+)*)"""

@@ -9,7 +9,7 @@ it breaks) and PASS_TO_PASS (the other passing tests). Harder tasks pair a mutat
 a caller or in another file. The mutated tree is committed in the source repository as the base commit,
 a root commit with no parent (the unmutated code is never part of a base commit's history); the gold
 patch is the reverse diff. Last, each task is put through ``repogym validate``'s checks
-(:func:`envs.rewards.validate.validate_task`: the gold patch resolves, the empty patch fails, no test
+(:func:`repogym.envs.rewards.validate.validate_task`: the gold patch resolves, the empty patch fails, no test
 flips, and the no-leak check finds no way to the fix in a sandbox made as an episode's, say a verbatim
 copy of a standard-library function whose line the gold patch restores); a task that fails one is
 dropped, and the drops are counted by reason in ``stats["invalid"]`` and listed in ``stats["invalid_tasks"]``.
@@ -29,14 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from envs.errors import ConfigError
-from envs.sandbox import SandboxConfig, default_backend, sandbox_factory
-from envs.sandbox.testrun import TestRunTimeout, run_tests
-from envs.tasks.repos import fixed_git, snapshot_of
-from envs.tasks.schema import Task
-from envs.taskgen import horizon
-from envs.taskgen.layout import Layout, detect_layout
-from envs.taskgen.sources import SourceRepo, git, materialize
+from repogym.envs.errors import ConfigError
+from repogym.envs.sandbox import SandboxConfig, default_backend, sandbox_factory
+from repogym.envs.sandbox.testrun import TestRunTimeout, run_tests
+from repogym.envs.tasks.repos import fixed_git, snapshot_of
+from repogym.envs.tasks.schema import Task
+from repogym.envs.taskgen import horizon
+from repogym.envs.taskgen.layout import Layout, detect_layout
+from repogym.envs.taskgen.sources import SourceRepo, git, materialize
 
 
 HORIZONS = ("any", "long")
@@ -75,13 +75,13 @@ class GenerateConfig:
     """Files with more numeric literals than this are data tables (e.g. idna's uts46data.py), not mutated:
     bugs in data are not the tasks we want, and each literal would be a candidate."""
     operators: tuple[str, ...] | None = None
-    """Mutation operators to use (default: all of :data:`envs.taskgen.mutations.OPERATORS`)."""
+    """Mutation operators to use (default: all of :data:`repogym.envs.taskgen.mutations.OPERATORS`)."""
     pip: list[str] = field(default_factory=list)
     """Extra packages the image needs (beyond the declared requirements), e.g. test-only dependencies."""
     rewrite_problem: Callable[[Task, str], str] | None = None
     """Hook to rewrite the generated problem statement (e.g. with an LLM): ``(task, text) -> text``."""
     horizon: str = "any"
-    """``"long"``: keep only long-horizon tasks (see :mod:`envs.taskgen.horizon`); ``"any"``: no such filter."""
+    """``"long"``: keep only long-horizon tasks (see :mod:`repogym.envs.taskgen.horizon`); ``"any"``: no such filter."""
     long_min_distance: int = 3
     """With ``horizon="long"``: fewest calls between a failing test and a mutated function."""
     validate: bool = True
@@ -111,13 +111,13 @@ def generate(source: str, config: GenerateConfig | None = None,
     """Generate tasks from ``source``; returns ``(tasks, stats)``.
 
     ``progress(source, kept, wanted, invalid)`` is called after each tried mutation; ``invalid`` counts the
-    tasks validation dropped so far, by reason (keys of :data:`envs.rewards.validate.REASONS`).
+    tasks validation dropped so far, by reason (keys of :data:`repogym.envs.rewards.validate.REASONS`).
     ``stats``: counts of each stage (``tried``, ``kept``, ``no_failure``, ``timeouts``, ...), and with
     ``config.validate``: ``validated``, ``invalid`` (drops by reason; a task failing two checks counts under
     both), ``invalid_tasks`` (per dropped task: ``instance_id``, ``functions``, ``reasons``, ``problems``)
     and ``validate_s``."""
-    from envs.analysis import RepoIndex
-    from envs.taskgen.mutations import OPERATORS, dedupe, find_mutations, sample_mutations
+    from repogym.envs.analysis import RepoIndex
+    from repogym.envs.taskgen.mutations import OPERATORS, dedupe, find_mutations, sample_mutations
 
     config = config or GenerateConfig()
     repo = materialize(source)
@@ -200,7 +200,7 @@ def generate(source: str, config: GenerateConfig | None = None,
 
 def _valid(task: Task, factory, config: GenerateConfig, stats: dict) -> bool:
     """``repogym validate``'s verdict on ``task``, counted in ``stats``: ``True`` keeps it."""
-    from envs.rewards.validate import validate_task
+    from repogym.envs.rewards.validate import validate_task
     verdict = validate_task(task, factory, runs=config.validate_runs)
     stats["validated"] += 1
     stats["validate_s"] = round(stats["validate_s"] + verdict.duration_s, 2)
@@ -267,7 +267,7 @@ class NotLongHorizon(Exception):
 
 
 def _try(repo: SourceRepo, layout, setup, sandbox, mutations, sources, passing, covering, index, config, timeout):
-    from envs.taskgen.mutations import combine, parses_cleanly
+    from repogym.envs.taskgen.mutations import combine, parses_cleanly
     try:
         mutated = combine({m.file: sources[m.file] for m in mutations}, mutations)
     except ValueError:

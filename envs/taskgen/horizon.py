@@ -1,7 +1,7 @@
 """Long-horizon filtering of generated tasks: the bug must sit far, in the call graph, from the tests it breaks.
 
 A mutation makes a long-horizon task when, for every FAIL_TO_PASS test, (1) the static call graph of
-:class:`envs.analysis.RepoIndex` links the test to every mutated function in ``min_distance`` calls or more,
+:class:`repogym.envs.analysis.RepoIndex` links the test to every mutated function in ``min_distance`` calls or more,
 (2) no mutated function lives in a file the test calls or imports directly (its *nearest targets*: the
 repository symbols its own body references, plus its module's imports), and (3) the test's source does not
 name a mutated function (a guard against a call the index could not resolve, such as ``obj.method()``
@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.analysis.extract import module_name
+from repogym.envs.analysis.extract import module_name
 
 SEARCH_DEPTH = 12
 """How many calls away from a mutated function the graph is searched for tests."""

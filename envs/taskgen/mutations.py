@@ -22,7 +22,7 @@ from itertools import pairwise
 
 from tree_sitter import Node, Query, QueryCursor
 
-from envs.analysis.extract import PY_LANGUAGE, STORE_PATTERNS, module_name, parse_source
+from repogym.envs.analysis.extract import PY_LANGUAGE, STORE_PATTERNS, module_name, parse_source
 
 OPERATORS = ("flip_comparison", "off_by_one", "swap_bool_op", "negate_condition", "change_constant",
              "drop_statement", "drop_early_return", "swap_arguments", "return_wrong_variable")

@@ -1,7 +1,7 @@
 """Suite recipes: a committed JSON file (source, seed, parameters) that rebuilds a generated suite.
 
 Generation is deterministic, so ``task_repos/recipes/<suite>.json`` is all that is committed; ``build``
-writes the suite to ``<cache>/suites/<suite>.jsonl``, where :func:`envs.tasks.suites.list_suites` finds it.
+writes the suite to ``<cache>/suites/<suite>.jsonl``, where :func:`repogym.envs.tasks.suites.list_suites` finds it.
 A recipe: ``{"source": "pypi:NAME==VERSION", "seed": 0, "max_tasks": 20, "pip": [...], "max_candidates": 400}``.
 """
 
@@ -12,11 +12,11 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Callable
 
-from envs.errors import ConfigError
-from envs.tasks.repos import cache_dir
-from envs.tasks.schema import save_tasks
-from envs.tasks.suites import task_repos_dir
-from envs.taskgen.generate import GenerateConfig, generate
+from repogym.envs.errors import ConfigError
+from repogym.envs.tasks.repos import cache_dir
+from repogym.envs.tasks.schema import save_tasks
+from repogym.envs.tasks.suites import task_repos_dir
+from repogym.envs.taskgen.generate import GenerateConfig, generate
 
 
 def recipes_dir() -> Path:

@@ -19,8 +19,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.errors import ConfigError
-from envs.tasks.repos import cache_dir, fixed_git
+from repogym.envs.errors import ConfigError
+from repogym.envs.tasks.repos import cache_dir, fixed_git
 
 _PYPI = re.compile(r"^pypi:([A-Za-z0-9_.\-]+)==([A-Za-z0-9_.\-+!]+)$")
 _IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".pytest_cache", "*.egg-info", ".tox", ".venv")

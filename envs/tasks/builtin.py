@@ -25,10 +25,10 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from envs.errors import ConfigError, InfraError
-from envs.tasks.repos import cache_dir, fixed_git
-from envs.tasks.schema import DEFAULT_TEST_COMMAND, Task
-from envs.tasks.suites import task_repos_dir
+from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.tasks.repos import cache_dir, fixed_git
+from repogym.envs.tasks.schema import DEFAULT_TEST_COMMAND, Task
+from repogym.envs.tasks.suites import task_repos_dir
 
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", "*.egg-info")
 REPORT_PLUGIN_DIR = Path(__file__).resolve().parents[1] / "sandbox" / "inside"
@@ -145,7 +145,7 @@ def horizon_fields(meta: dict, where: str) -> dict:
 
 def build_suite(out: Path | None = None) -> list[Task]:
     """Build every bundled task and write the ``builtin`` suite file."""
-    from envs.tasks.schema import save_tasks
+    from repogym.envs.tasks.schema import save_tasks
     tasks = []
     for name in project_names():
         repo = build_repo(name)

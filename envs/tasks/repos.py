@@ -13,8 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.errors import ConfigError, InfraError
-from envs.tasks.schema import Task
+from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.tasks.schema import Task
 
 
 # Fixed identity and dates: repositories repogym builds get the same commit ids on every machine.
@@ -73,7 +73,7 @@ def repo_path(task: Task) -> Path:
 def _resolve(source: str) -> Path:
     kind, _, where = source.partition(":")
     if kind == "builtin":
-        from envs.tasks.builtin import build_repo
+        from repogym.envs.tasks.builtin import build_repo
         return build_repo(where)
     if kind == "path":
         return Path(where)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from envs.errors import TaskFileError
+from repogym.envs.errors import TaskFileError
 
 DEFAULT_TEST_COMMAND = "python -m pytest -q -p no:cacheprovider"
 SWEBENCH_OPTIONAL = ("hints_text", "created_at", "version", "environment_setup_commit")
@@ -29,7 +29,7 @@ class Task:
     instance_id: str
     """Unique id, e.g. ``repogym__cfgparse-001``."""
     repo: str
-    """Repository name (``owner/name``); resolved to a git source by :mod:`envs.tasks.repos`."""
+    """Repository name (``owner/name``); resolved to a git source by :mod:`repogym.envs.tasks.repos`."""
     base_commit: str
     """Commit the agent starts from."""
     problem_statement: str

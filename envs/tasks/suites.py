@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from envs.errors import ConfigError
-from envs.tasks.schema import Task, load_tasks
+from repogym.envs.errors import ConfigError
+from repogym.envs.tasks.schema import Task, load_tasks
 
 _REGISTERED: dict[str, Path] = {}
 
@@ -26,7 +26,7 @@ def list_suites() -> dict[str, Path]:
     """Every suite name known: registered ones and each ``task_repos/*.jsonl``."""
     found = {p.stem: p for p in sorted(task_repos_dir().glob("*.jsonl"))}
     # Suites generated from recipes (`repogym tasks build NAME`) live in the cache.
-    from envs.tasks.repos import cache_dir
+    from repogym.envs.tasks.repos import cache_dir
     found.update({p.stem: p for p in sorted((cache_dir() / "suites").glob("*.jsonl")) if p.stem not in found})
     found.update(_REGISTERED)
     return found

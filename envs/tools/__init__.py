@@ -5,12 +5,12 @@
 
 from __future__ import annotations
 
-from envs.tools.base import Tool, ToolContext, ToolError, ToolResult
-from envs.tools.files import CREATE, EDIT, SEARCH, VIEW
-from envs.tools.inspect import INSPECT_DIFF
-from envs.tools.patches import APPLY_PATCH, DIFF
-from envs.tools.shell import BASH
-from envs.tools.tests import RUN_TESTS
+from repogym.envs.tools.base import Tool, ToolContext, ToolError, ToolResult
+from repogym.envs.tools.files import CREATE, EDIT, SEARCH, VIEW
+from repogym.envs.tools.inspect import INSPECT_DIFF
+from repogym.envs.tools.patches import APPLY_PATCH, DIFF
+from repogym.envs.tools.shell import BASH
+from repogym.envs.tools.tests import RUN_TESTS
 
 
 def _submit(ctx: ToolContext, args: dict) -> ToolResult:  # pragma: no cover - the env intercepts submit

@@ -6,8 +6,8 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from envs.sandbox.base import Sandbox
-from envs.tasks.schema import Task
+from repogym.envs.sandbox.base import Sandbox
+from repogym.envs.tasks.schema import Task
 
 
 class ToolError(Exception):

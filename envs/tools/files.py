@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import shlex
 
-from envs.sandbox.base import SandboxRequestError
-from envs.sandbox.inside.runner import looks_binary
-from envs.tools.base import Tool, ToolContext, ToolError, ToolResult, int_schema, repo_path, string_schema
+from repogym.envs.sandbox.base import SandboxRequestError
+from repogym.envs.sandbox.inside.runner import looks_binary
+from repogym.envs.tools.base import Tool, ToolContext, ToolError, ToolResult, int_schema, repo_path, string_schema
 
 MAX_FILE_BYTES = 2 << 20
 MAX_VIEW_LINES = 800

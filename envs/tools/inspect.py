@@ -1,6 +1,6 @@
 """``inspect_diff``: the blast radius of the agent's change, before it submits.
 
-The change is analysed with the tree-sitter index (:mod:`envs.analysis`): changed symbols, their
+The change is analysed with the tree-sitter index (:mod:`repogym.envs.analysis`): changed symbols, their
 dependents (with distance), the tests that reach them, syntax errors the change introduced, and references
 the index could not resolve. Then: which of those tests the agent has run since its last edit, and how
 they came out. The base commit's index is built once per snapshot, on the host, from the snapshot's files.
@@ -12,8 +12,8 @@ import io
 import tarfile
 import threading
 
-from envs.tasks.repos import snapshot
-from envs.tools.base import Tool, ToolContext, ToolResult
+from repogym.envs.tasks.repos import snapshot
+from repogym.envs.tools.base import Tool, ToolContext, ToolResult
 
 _BASE_INDEXES: dict[str, object] = {}
 _LOCK = threading.Lock()
@@ -21,7 +21,7 @@ _LOCK = threading.Lock()
 
 def base_index(task):
     """The index of the task's base commit (cached per snapshot)."""
-    from envs.analysis import RepoIndex
+    from repogym.envs.analysis import RepoIndex
     snap = snapshot(task)
     with _LOCK:
         if snap.key not in _BASE_INDEXES:
@@ -37,9 +37,9 @@ def base_index(task):
 
 
 def analyze_sandbox(ctx: ToolContext, diff: str | None = None):
-    """The :class:`envs.analysis.DiffAnalysis` of the sandbox's current diff."""
-    from envs.analysis import analyze_diff
-    from envs.analysis.diffs import parse_diff
+    """The :class:`repogym.envs.analysis.DiffAnalysis` of the sandbox's current diff."""
+    from repogym.envs.analysis import analyze_diff
+    from repogym.envs.analysis.diffs import parse_diff
     diff = ctx.sandbox.diff() if diff is None else diff
     after: dict[str, bytes | None] = {}
     for path in (fd.new_path for fd in parse_diff(diff)):  # the paths as analyze_diff reads them

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envs.tools.base import Tool, ToolContext, ToolError, ToolResult, string_schema
+from repogym.envs.tools.base import Tool, ToolContext, ToolError, ToolResult, string_schema
 
 PATCH_FILE = ".git/repogym-agent.patch"  # inside .git: never part of the agent's diff
 

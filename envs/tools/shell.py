@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envs.tools.base import Tool, ToolContext, ToolError, ToolResult, string_schema
+from repogym.envs.tools.base import Tool, ToolContext, ToolError, ToolResult, string_schema
 
 
 def format_command_output(stdout: str, stderr: str, exit_code: int, timed_out: bool, timeout: float,

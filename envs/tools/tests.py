@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 
-from envs.sandbox.testrun import TestRunTimeout, run_tests
-from envs.tools.base import Tool, ToolContext, ToolError, ToolResult, repo_path
+from repogym.envs.sandbox.testrun import TestRunTimeout, run_tests
+from repogym.envs.tools.base import Tool, ToolContext, ToolError, ToolResult, repo_path
 
 
 def run_run_tests(ctx: ToolContext, args: dict) -> ToolResult:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from envs.errors import RepogymError
+from repogym.envs.errors import RepogymError
 from repogym.cli import analyze, bench, demo, images, leaderboard, show, tasks, train, validate
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from envs.errors import ConfigError
+from repogym.envs.errors import ConfigError
 
 
 def add_parser(sub) -> None:
@@ -21,8 +21,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from envs.analysis import RepoIndex, analyze_diff, diff_between_revs
-    from envs.analysis.diffs import apply_patch, parse_diff
+    from repogym.envs.analysis import RepoIndex, analyze_diff, diff_between_revs
+    from repogym.envs.analysis.diffs import apply_patch, parse_diff
 
     repo = Path(args.repo)
     if not repo.is_dir():

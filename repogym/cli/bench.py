@@ -27,8 +27,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from bench.metrics import summary_table
-    from bench.runner import BenchConfig, load_agent_options, run_bench
+    from repogym.bench.metrics import summary_table
+    from repogym.bench.runner import BenchConfig, load_agent_options, run_bench
 
     config = BenchConfig(agent=args.agent, suite=args.suite, db=args.db,
                          agent_options=load_agent_options(args.agent_config), k=args.k,

@@ -21,10 +21,10 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     import gymnasium as gym
 
-    import envs  # noqa: F401  (registers the env id)
-    from agents import make_agent
-    from agents.rollout import run_episode
-    from envs.tasks.suites import load_suite
+    import repogym.envs  # noqa: F401  (registers the env id)
+    from repogym.agents import make_agent
+    from repogym.agents.rollout import run_episode
+    from repogym.envs.tasks.suites import load_suite
 
     tasks = load_suite(args.suite)[: args.limit]
     names = [n.strip() for n in args.agents.split(",") if n.strip()]

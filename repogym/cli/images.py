@@ -26,14 +26,14 @@ def add_parser(sub) -> None:
 
 
 def run_build(args) -> int:
-    from envs.sandbox.images import build_base_image, ensure_env_image
+    from repogym.envs.sandbox.images import build_base_image, ensure_env_image
     build_base_image(force=args.force, pull=not args.no_pull)
     print(ensure_env_image({}, log=print))
     return 0
 
 
 def run_list(args) -> int:
-    from envs.sandbox.docker import docker_client
+    from repogym.envs.sandbox.docker import docker_client
     for image in docker_client().images.list():
         for tag in image.tags:
             if tag.startswith("repogym/"):
@@ -42,7 +42,7 @@ def run_list(args) -> int:
 
 
 def run_gc(args) -> int:
-    from envs.sandbox.gc import KINDS, reap
+    from repogym.envs.sandbox.gc import KINDS, reap
     report = reap(args.run, args.older_than, args.stale_after, args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     done = [x for x in report.leftovers if args.dry_run or x.removed]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from envs.errors import ConfigError
+from repogym.envs.errors import ConfigError
 
 
 def add_parser(sub) -> None:
@@ -22,9 +22,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from bench.db import ResultsDB
-    from bench.leaderboard import import_run, markdown, write_html
-    from bench.metrics import summarize
+    from repogym.bench.db import ResultsDB
+    from repogym.bench.leaderboard import import_run, markdown, write_html
+    from repogym.bench.metrics import summarize
 
     if args.run_name and not args.import_run:
         raise ConfigError("expected --run-name only with --import-run")

@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from bench.viewer import load_episode, render_html, render_text
+    from repogym.bench.viewer import load_episode, render_html, render_text
 
     view = load_episode(args.trajectory)
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ

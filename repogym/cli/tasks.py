@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
 
 
 def run_list(args) -> int:
-    from envs.tasks.suites import load_suite
+    from repogym.envs.tasks.suites import load_suite
     tasks = load_suite(args.suite)
     if args.json:
         print(json.dumps([t.to_dict() for t in tasks], indent=1))
@@ -56,14 +56,14 @@ def run_list(args) -> int:
 
 
 def run_build(args) -> int:
-    from envs.tasks.builtin import build_suite
+    from repogym.envs.tasks.builtin import build_suite
     tasks = build_suite(args.out)
     print(f"wrote {len(tasks)} tasks")
     return 0
 
 
 def run_suites(args) -> int:
-    from envs.tasks.suites import list_suites
+    from repogym.envs.tasks.suites import list_suites
     for name, path in list_suites().items():
         print(f"{name}\t{path}")
     return 0
@@ -104,8 +104,8 @@ def _print_stats(stats: dict) -> None:
 
 
 def run_generate(args) -> int:
-    from envs.taskgen.generate import GenerateConfig, generate
-    from envs.tasks.schema import save_tasks
+    from repogym.envs.taskgen.generate import GenerateConfig, generate
+    from repogym.envs.tasks.schema import save_tasks
     config = GenerateConfig(max_tasks=args.max_tasks, seed=args.seed, max_candidates=args.max_candidates,
                             pip=args.pip, sandbox=args.sandbox, horizon=args.horizon, validate=args.validate)
     tasks, stats = generate(args.source, config, progress_bar)
@@ -117,7 +117,7 @@ def run_generate(args) -> int:
 
 
 def run_build_recipe(args) -> int:
-    from envs.taskgen.recipes import build
+    from repogym.envs.taskgen.recipes import build
     out, stats = build(args.suite, args.sandbox, progress_bar)
     _print_stats(stats)
     print(f"wrote {out}; validate with: repogym validate --suite {args.suite}")
@@ -125,7 +125,7 @@ def run_build_recipe(args) -> int:
 
 
 def run_recipes(args) -> int:
-    from envs.taskgen.recipes import list_recipes, load_recipe
+    from repogym.envs.taskgen.recipes import list_recipes, load_recipe
     for name in list_recipes():
         source, config = load_recipe(name)
         print(f"{name}\t{source}\tseed={config.seed}\tmax_tasks={config.max_tasks}")

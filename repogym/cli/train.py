@@ -16,9 +16,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from trainer.checkpoint import latest_checkpoint
-    from trainer.config import load_config
-    from trainer.train import train
+    from repogym.trainer.checkpoint import latest_checkpoint
+    from repogym.trainer.config import load_config
+    from repogym.trainer.train import train
 
     overrides = list(args.overrides)
     if args.run_dir:

@@ -20,12 +20,12 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from envs.errors import ConfigError
-    from envs.rewards.validate import validate_tasks
-    from envs.sandbox import SandboxConfig, default_backend, sandbox_factory
-    from envs.tasks.repos import repo_path
-    from envs.tasks.schema import load_tasks
-    from envs.tasks.suites import load_suite
+    from repogym.envs.errors import ConfigError
+    from repogym.envs.rewards.validate import validate_tasks
+    from repogym.envs.sandbox import SandboxConfig, default_backend, sandbox_factory
+    from repogym.envs.tasks.repos import repo_path
+    from repogym.envs.tasks.schema import load_tasks
+    from repogym.envs.tasks.suites import load_suite
 
     tasks = load_tasks(args.tasks) if args.tasks else load_suite(args.suite or "builtin")
     if args.task:

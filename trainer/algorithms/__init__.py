@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envs.errors import ConfigError
+from repogym.envs.errors import ConfigError
 
 ALGORITHMS = ("grpo", "ppo", "sft")
 
@@ -12,13 +12,13 @@ def make_algorithm(name: str, options: dict | None = None, hidden_size: int | No
     options = dict(options or {})
     try:
         if name == "grpo":
-            from trainer.algorithms.grpo import GRPO, GRPOConfig
+            from repogym.trainer.algorithms.grpo import GRPO, GRPOConfig
             return GRPO(GRPOConfig(**options))
         if name == "ppo":
-            from trainer.algorithms.ppo import PPO, PPOConfig
+            from repogym.trainer.algorithms.ppo import PPO, PPOConfig
             return PPO(PPOConfig(**options), hidden_size)
         if name == "sft":
-            from trainer.algorithms.sft import SFT, SFTConfig
+            from repogym.trainer.algorithms.sft import SFT, SFTConfig
             return SFT(SFTConfig(**options))
     except TypeError as exc:
         raise ConfigError(f"algorithm {name!r}: {exc}") from None

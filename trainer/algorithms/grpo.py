@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from trainer.algorithms.common import Batch, Sample, aggregate, masked_mean, token_logprobs
+from repogym.trainer.algorithms.common import Batch, Sample, aggregate, masked_mean, token_logprobs
 
 
 @dataclass

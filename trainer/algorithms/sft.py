@@ -1,7 +1,7 @@
 """SFT: next-token cross-entropy on the generated (mask 1) tokens of trajectories.
 
 Used as a warm start from the oracle's or any agent's successful trajectories, tokenised exactly as the
-hf agent would have produced them (``agents.hf.ChatFormat``).
+hf agent would have produced them (``repogym.agents.hf.ChatFormat``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer.algorithms.common import Batch, Sample, aggregate, masked_mean, token_logprobs
+from repogym.trainer.algorithms.common import Batch, Sample, aggregate, masked_mean, token_logprobs
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 ``hf`` is transformers ``generate`` (CPU, or one GPU), in-process in each rollout worker. ``vllm`` is a
 vLLM engine on GPU, run as Ray actors that rollout workers share; the learner pushes new weights to them
-after each update. Both implement :class:`agents.policy.Engine`.
+after each update. Both implement :class:`repogym.agents.policy.Engine`.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from agents.policy import Completion, SamplingParams
-from envs.errors import ConfigError
+from repogym.agents.policy import Completion, SamplingParams
+from repogym.envs.errors import ConfigError
 
 ENGINES = {
-    "hf": "agents.hf:HFEngine.from_pretrained",
-    "vllm": "trainer.inference.vllm_engine:VLLMEngine.from_config",
+    "hf": "repogym.agents.hf:HFEngine.from_pretrained",
+    "vllm": "repogym.trainer.inference.vllm_engine:VLLMEngine.from_config",
 }
 
 

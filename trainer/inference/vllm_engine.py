@@ -1,4 +1,4 @@
-"""A vLLM engine on GPU behind the :class:`agents.policy.Engine` protocol, meant to run as a Ray actor.
+"""A vLLM engine on GPU behind the :class:`repogym.agents.policy.Engine` protocol, meant to run as a Ray actor.
 
 Written against vLLM's documented offline API: ``vllm.LLM`` with ``TokensPrompt`` inputs (token ids in,
 token ids out, so what the policy saw is exactly what the trainer trains on), ``SamplingParams`` with
@@ -17,9 +17,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from agents.policy import Completion, SamplingParams
+from repogym.agents.policy import Completion, SamplingParams
 
-WORKER_EXTENSION = "trainer.inference.vllm_worker.WeightSyncExtension"
+WORKER_EXTENSION = "repogym.trainer.inference.vllm_worker.WeightSyncExtension"
 
 
 @dataclass
