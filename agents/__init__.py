@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Protocol, runtime_checkable
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.registry import Registry
 
 
 @runtime_checkable
@@ -19,24 +18,18 @@ class Agent(Protocol):
         """The next action: one tool call as text."""
 
 
-AGENTS = {
+AGENTS: Registry[Any] = Registry("agent", {
     "oracle": "repogym.agents.oracle:OracleAgent",
     "null": "repogym.agents.null:NullAgent",
     "replay": "repogym.agents.replay:ReplayAgent",
     "llm": "repogym.agents.llm:LLMAgent",
     "hf": "repogym.agents.hf:HFAgent.from_pretrained",
-}
+})
 
 
 def make_agent(name: str, **kwargs: Any) -> Agent:
     """An agent by registry name; a miss lists the valid names."""
-    if name not in AGENTS:
-        raise ConfigError(f"unknown agent {name!r}: expected one of {sorted(AGENTS)}")
-    module, attr = AGENTS[name].split(":")
-    target: Any = importlib.import_module(module)
-    for part in attr.split("."):  # "Class" or "Class.constructor"
-        target = getattr(target, part)
-    return target(**kwargs)
+    return AGENTS.resolve(name)(**kwargs)
 
 
 __all__ = ["Agent", "AGENTS", "make_agent"]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from repogym.envs.errors import ConfigError, RepogymError
+from repogym.envs.registry import Registry
 
 Message = dict[str, Any]
 Summarize = Callable[[list[Message]], str]
@@ -202,8 +203,8 @@ def rebuild(history: list[Message], record: dict[str, Any]) -> list[Message]:
     raise ConfigError(f"unknown context record policy {policy!r}")
 
 
-POLICIES: dict[str, Callable[..., ContextPolicy]] = {"full": FullPolicy, "window": WindowPolicy,
-                                                     "summary": SummaryPolicy}
+POLICIES: Registry[Callable[..., ContextPolicy]] = Registry(
+    "context policy", {"full": FullPolicy, "window": WindowPolicy, "summary": SummaryPolicy})
 
 
 def make_context_policy(spec: str | dict[str, Any] | ContextPolicy | None) -> ContextPolicy:
@@ -214,10 +215,9 @@ def make_context_policy(spec: str | dict[str, Any] | ContextPolicy | None) -> Co
         return spec
     options = dict(spec) if isinstance(spec, dict) else {"name": spec}
     name = options.pop("name", None)
-    if name not in POLICIES:
-        raise ConfigError(f"unknown context policy {name!r}: expected one of {sorted(POLICIES)}")
+    policy = POLICIES.resolve(name)
     try:
-        return POLICIES[name](**options)
+        return policy(**options)
     except TypeError as exc:
         raise ConfigError(f"context policy {name!r}: {exc}") from None
 

@@ -151,7 +151,7 @@ def registry_factory(config: BenchConfig, tasks: list[Task]) -> AgentFactory:
     from repogym.agents import AGENTS, make_agent
 
     if config.agent not in AGENTS:  # checked now: with nothing left to run, no agent is ever built
-        raise ConfigError(f"unknown agent {config.agent!r}: expected one of {sorted(AGENTS)}")
+        AGENTS.resolve(config.agent)  # raises, listing the agents
     options = dict(config.agent_options)
     if config.agent == "oracle":
         options.setdefault("tasks", tasks)

@@ -403,7 +403,7 @@ class RepoTaskEnv(gym.Env):
 
     def _intro(self, task: Task) -> str:
         tools = "\n".join(f"- {t.name}({', '.join(t.parameters.get('properties', {}))}): {t.description}"
-                          for t in TOOLS.values())
+                          for t in map(TOOLS.resolve, TOOLS))
         return (f"You are fixing an issue in the repository {task.repo}, checked out at /repo "
                 f"(the current directory).\n\n<issue>\n{task.problem_statement.strip()}\n</issue>\n\n"
                 f"Tools:\n{tools}\n\nEach turn, {FORMAT_HINT}. You have {self.config.max_turns} turns. "

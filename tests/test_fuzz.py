@@ -217,7 +217,7 @@ def tool_calls(draw, gold_patch: str):
     name = draw(NAMES)
     args = dict(draw(good_arguments(name, gold_patch)))
     mutation = draw(st.sampled_from(["none", "none", "none", "drop", "extra", "retype"]))
-    known = list(TOOLS[name].parameters.get("properties", {})) if name in TOOLS else []
+    known = list(TOOLS.resolve(name).parameters.get("properties", {})) if name in TOOLS else []
     if mutation == "drop" and args:
         del args[draw(st.sampled_from(sorted(args)))]
     elif mutation == "extra":

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from repogym.envs.errors import ConfigError
+from repogym.envs.registry import Registry
 from repogym.envs.rewards.evaluate import INFRA_ERROR, EvalRecord
 
 
@@ -46,19 +47,17 @@ class EpisodeFacts:
 
 
 Component = Callable[..., float]
-_COMPONENTS: dict[str, Component] = {}
+COMPONENTS: Registry[Component] = Registry("reward component")
 
 
 def register_component(name: str, fn: Component) -> None:
     """Make ``fn(facts, **options) -> float`` available to reward configs as ``name``."""
-    _COMPONENTS[name] = fn
+    COMPONENTS.register(name, fn)
 
 
 def component(name: str) -> Component:
     """A component by name; a miss lists the valid names."""
-    if name not in _COMPONENTS:
-        raise ConfigError(f"unknown reward component {name!r}: expected one of {sorted(_COMPONENTS)}")
-    return _COMPONENTS[name]
+    return COMPONENTS.resolve(name)
 
 
 def covering_tests(facts: EpisodeFacts) -> set[str]:

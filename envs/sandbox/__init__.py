@@ -10,13 +10,13 @@ import importlib
 import sys
 from typing import Any
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.registry import Registry
 from repogym.envs.sandbox.base import CommandResult, Sandbox, SandboxConfig, SandboxRequestError
 
-BACKENDS = {
+BACKENDS: Registry[type] = Registry("sandbox backend", {
     "docker": "repogym.envs.sandbox.docker:DockerSandbox",
     "local": "repogym.envs.sandbox.local:LocalSandbox",
-}
+})
 _noted = False
 
 __all__ = ["Sandbox", "SandboxConfig", "CommandResult", "SandboxRequestError", "make_sandbox", "default_backend",
@@ -24,9 +24,8 @@ __all__ = ["Sandbox", "SandboxConfig", "CommandResult", "SandboxRequestError", "
 
 
 def _module(name: str):
-    if name not in BACKENDS:
-        raise ConfigError(f"unknown sandbox backend {name!r}: expected one of {sorted(BACKENDS)}")
-    return importlib.import_module(BACKENDS[name].split(":")[0])
+    """The module of backend ``name`` (it defines ``available()``); a miss lists the backends."""
+    return importlib.import_module(BACKENDS.resolve(name).__module__)
 
 
 def backend_unavailable(name: str) -> str | None:
@@ -49,10 +48,7 @@ def default_backend() -> str:
 def make_sandbox(name: str | None = None, config: SandboxConfig | None = None, **kwargs: Any) -> Sandbox:
     """A new sandbox of backend ``name`` (``None``: the default backend)."""
     name = name or default_backend()
-    module_name, cls_name = BACKENDS[name].split(":") if name in BACKENDS else (None, None)
-    if module_name is None:
-        _module(name)  # raises with the valid names
-    return getattr(importlib.import_module(module_name), cls_name)(config, **kwargs)
+    return BACKENDS.resolve(name)(config, **kwargs)
 
 
 def sandbox_factory(backend: str, setup: dict | None = None, config: SandboxConfig | None = None):

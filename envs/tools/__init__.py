@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from repogym.envs.registry import Registry
 from repogym.envs.tools.base import Tool, ToolContext, ToolError, ToolResult
 from repogym.envs.tools.files import CREATE, EDIT, SEARCH, VIEW
 from repogym.envs.tools.inspect import INSPECT_DIFF
@@ -20,20 +21,19 @@ def _submit(ctx: ToolContext, args: dict) -> ToolResult:  # pragma: no cover - t
 SUBMIT = Tool("submit", "Submit the current changes for grading; ends the episode.", {"type": "object", "properties": {}},
               _submit)
 
-TOOLS: dict[str, Tool] = {t.name: t for t in (BASH, VIEW, SEARCH, EDIT, CREATE, APPLY_PATCH, RUN_TESTS, DIFF,
-                                              INSPECT_DIFF, SUBMIT)}
+TOOLS: Registry[Tool] = Registry("tool", {t.name: t for t in (BASH, VIEW, SEARCH, EDIT, CREATE, APPLY_PATCH,
+                                                               RUN_TESTS, DIFF, INSPECT_DIFF, SUBMIT)},
+                                  error=lambda message: ToolError("unknown_tool", message))
 
 
 def get_tool(name: str) -> Tool:
     """A tool by name; a miss lists the valid names."""
-    if name not in TOOLS:
-        raise ToolError("unknown_tool", f"unknown tool {name!r}; valid tools: {', '.join(TOOLS)}")
-    return TOOLS[name]
+    return TOOLS.resolve(name)
 
 
 def register_tool(tool: Tool) -> None:
     """Add (or replace) a tool by its name."""
-    TOOLS[tool.name] = tool
+    TOOLS.register(tool.name, tool)
 
 
 def tools_schema(names: list[str] | None = None) -> list[dict]:

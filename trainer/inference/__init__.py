@@ -7,27 +7,20 @@ after each update. Both implement :class:`repogym.agents.policy.Engine`.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from repogym.agents.policy import Completion, SamplingParams
-from repogym.envs.errors import ConfigError
+from repogym.envs.registry import Registry
 
-ENGINES = {
+ENGINES: Registry[Any] = Registry("inference engine", {
     "hf": "repogym.agents.hf:HFEngine.from_pretrained",
     "vllm": "repogym.trainer.inference.vllm_engine:VLLMEngine.from_config",
-}
+})
 
 
 def make_engine(name: str, **kwargs: Any):
     """An in-process engine by registry name (``hf`` takes ``path``; ``vllm`` a ``VLLMEngineConfig``)."""
-    if name not in ENGINES:
-        raise ConfigError(f"unknown inference engine {name!r}: expected one of {sorted(ENGINES)}")
-    module, attr = ENGINES[name].split(":")
-    target: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        target = getattr(target, part)
-    return target(**kwargs)
+    return ENGINES.resolve(name)(**kwargs)
 
 
 class RayEngineClient:
