@@ -18,6 +18,17 @@ class ConfigError(RepogymError, ValueError):
     """A user-supplied argument or config value is invalid ("expected X, got Y")."""
 
 
+class ToolError(RepogymError):
+    """The agent's tool call was wrong; ``kind`` names how (it becomes ``info["error"]``).
+
+    Caught by the environment and turned into an observation: the agent's mistake, never raised out of ``step``.
+    """
+
+    def __init__(self, kind: str, message: str):
+        self.kind, self.message = kind, message
+        super().__init__(message)
+
+
 class TaskFileError(RepogymError, ValueError):
     """A task file is malformed; names the file, line and field."""
 

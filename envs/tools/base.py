@@ -6,16 +6,9 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from repogym.envs.errors import ToolError
 from repogym.envs.sandbox.base import Sandbox
 from repogym.envs.tasks.schema import Task
-
-
-class ToolError(Exception):
-    """The agent's call was wrong; ``kind`` names how (it becomes ``info["error"]``)."""
-
-    def __init__(self, kind: str, message: str):
-        self.kind, self.message = kind, message
-        super().__init__(message)
 
 
 @dataclass
