@@ -3,7 +3,7 @@
 Prints lines indexed, the full single-process index time, then for 20 random single-function edits
 (a statement appended to the function's body) the incremental ``update_file`` time next to a full
 re-index of the same content: p50/p95 and their ratio. Targets: full index of 50k lines < 3 s on one
-core (scaled to the lines indexed), incremental update < 50 ms (p95). Run: python benchmarks/analysis.py
+core (scaled to the lines indexed), incremental update < 50 ms (p95). Run: python -m benchmarks.analysis
 """
 
 from __future__ import annotations

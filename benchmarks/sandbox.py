@@ -6,7 +6,7 @@
    in the same container.
 
 Targets (issue 2): warm reset p50 at least 5x faster than a fresh container; step overhead under 1.3x.
-Run: ``python benchmarks/sandbox.py [--episodes 20] [--steps 30] [--task ID]``.
+Run: ``python -m benchmarks.sandbox [--episodes 20] [--steps 30] [--task ID]``.
 """
 
 from __future__ import annotations

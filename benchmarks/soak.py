@@ -32,7 +32,7 @@ files of hostile episodes found on the host. Exit status 1 when anything leaked 
   as for the others).
 
 Linux only (processes, RSS and descriptors are read from ``/proc``). Machines here are noisy: read ratios.
-Run: ``python benchmarks/soak.py [--envs 16] [--minutes 5] [--kill-every 5] [--backend docker] [--hostile-every 4]
+Run: ``python -m benchmarks.soak [--envs 16] [--minutes 5] [--kill-every 5] [--backend docker] [--hostile-every 4]
 [--json]``. The attacks do not harm the host when a hole is open: files they write are empty markers (the
 soak removes any it finds on the host), fills are bounded, and kills stay inside the sandbox's namespaces.
 """

@@ -3,7 +3,7 @@
 Generates tasks from one source with one worker (one sandbox, so one core of test running); generation
 itself keeps only tasks that validate (gold resolves, empty does not, no leak). Each kept task is then
 re-validated independently (3 baseline runs) as a check, which the rate does not count.
-Run: ``python benchmarks/taskgen.py [--source pypi:toolz==1.0.0] [--max-tasks 10] [--sandbox docker]``.
+Run: ``python -m benchmarks.taskgen [--source pypi:toolz==1.0.0] [--max-tasks 10] [--sandbox docker]``.
 """
 
 from __future__ import annotations

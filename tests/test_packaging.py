@@ -106,9 +106,16 @@ def _install_envs_from_pypi_or_standin(venv: Path, tmp_path: Path) -> str:
 
 @pytest.mark.slow
 def test_wheel_installs_one_namespace_and_survives_pypi_envs_beside_it(tmp_path):
-    dist = tmp_path / "dist"
+    # Built from a copy of what git would ship, so no stale build/ folder of the checkout can leak in.
+    source, dist = tmp_path / "source", tmp_path / "dist"
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        if (REPO / rel).is_file():
+            (source / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, source / rel)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
-                    str(REPO)], check=True, capture_output=True, timeout=600)
+                    str(source)], check=True, capture_output=True, timeout=600)
     (wheel,) = dist.glob("repogym-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
