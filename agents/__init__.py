@@ -1,9 +1,14 @@
-"""Agents: the ``Agent`` protocol and a registry of agents by name (imported lazily on use)."""
+"""Agents: the ``Agent`` protocol and a registry of agents by name (imported lazily on use).
+
+The agents' typed errors are in :mod:`repogym.agents.errors`; how an episode ended is a
+:class:`repogym.envs.status.Status`.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from repogym.envs.errors import ConfigError
 from repogym.envs.registry import Registry
 
 
@@ -28,8 +33,13 @@ AGENTS: Registry[Any] = Registry("agent", {
 
 
 def make_agent(name: str, **kwargs: Any) -> Agent:
-    """An agent by registry name; a miss lists the valid names."""
-    return AGENTS.resolve(name)(**kwargs)
+    """An agent by registry name; a miss lists the valid names, an option the agent does not take is a
+    :class:`ConfigError` naming the options given."""
+    factory = AGENTS.resolve(name)
+    try:
+        return factory(**kwargs)
+    except TypeError as exc:  # an option the agent's constructor does not take
+        raise ConfigError(f"agent {name!r} rejected its options {sorted(kwargs)}: {exc}") from exc
 
 
 __all__ = ["Agent", "AGENTS", "make_agent"]

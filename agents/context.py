@@ -22,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from repogym.envs.errors import ConfigError, RepogymError
+from repogym.agents.errors import ContextOverflow
+from repogym.envs.errors import ConfigError
 from repogym.envs.registry import Registry
 
 Message = dict[str, Any]
@@ -33,15 +34,6 @@ DEFAULT_SUMMARY_PROMPT = (
     "Summarise the work so far for yourself, to continue from it: what you learned about the code and the "
     "bug (files, functions, line numbers), what you changed, what you ran and what it showed, and what is "
     "left to do. Be specific and brief; do not call any tool.")
-
-
-class ContextOverflow(RepogymError):
-    """The prompt is over the model's context: the ``full`` policy does not cut."""
-
-    def __init__(self, tokens: int, limit: int):
-        self.tokens, self.limit = tokens, limit
-        super().__init__(f"the prompt has {tokens} tokens, over the model's context of {limit}; use the "
-                         "'window' or 'summary' context policy")
 
 
 @dataclass
@@ -178,29 +170,42 @@ class SummaryPolicy:
 
 
 def rebuild(history: list[Message], record: dict[str, Any]) -> list[Message]:
-    """The messages ``record`` says were fed, made again from ``history`` (the inverse of nothing: a replay)."""
-    policy = record.get("policy")
-    if policy == "full":
+    """The messages ``record`` says were fed, made again from ``history`` (the inverse of nothing: a replay).
+
+    A record of a policy :data:`REBUILDERS` does not know raises :class:`ConfigError` listing the ones it does.
+    """
+    return REBUILDERS.resolve(record.get("policy"))(history, record)
+
+
+def _rebuild_full(history: list[Message], record: dict[str, Any]) -> list[Message]:
+    return list(history)
+
+
+def _rebuild_window(history: list[Message], record: dict[str, Any]) -> list[Message]:
+    out = list(history[:HEAD])
+    for i, message in enumerate(history[HEAD:]):
+        turn = i // 2 + 1
+        if i % 2 == 1 and turn <= record["elided_turns"]:
+            message = {**message, "content": elide(str(message.get("content") or ""), record["head_chars"],
+                                                   record["tail_chars"], turn)}
+        out.append(message)
+    return out
+
+
+def _rebuild_summary(history: list[Message], record: dict[str, Any]) -> list[Message]:
+    upto = record["summarised_turns"]
+    if not upto:
         return list(history)
-    if policy == "window":
-        out = list(history[:HEAD])
-        for i, message in enumerate(history[HEAD:]):
-            turn = i // 2 + 1
-            if i % 2 == 1 and turn <= record["elided_turns"]:
-                message = {**message, "content": elide(str(message.get("content") or ""), record["head_chars"],
-                                                       record["tail_chars"], turn)}
-            out.append(message)
-        return out
-    if policy == "summary":
-        upto = record["summarised_turns"]
-        if not upto:
-            return list(history)
-        actions = "\n".join(f"{t + 1}. {describe_action(history[HEAD + 2 * t], record['action_chars'])}"
-                            for t in range(upto))
-        note = {"role": "user", "content": f"[Turns 1-{upto} are summarised to save context. Your summary:]\n"
-                                           f"{record['summary']}\n\n[Your actions in those turns:]\n{actions}"}
-        return list(history[:HEAD]) + [note] + list(history[HEAD + 2 * upto:])
-    raise ConfigError(f"unknown context record policy {policy!r}")
+    actions = "\n".join(f"{t + 1}. {describe_action(history[HEAD + 2 * t], record['action_chars'])}"
+                        for t in range(upto))
+    note = {"role": "user", "content": f"[Turns 1-{upto} are summarised to save context. Your summary:]\n"
+                                       f"{record['summary']}\n\n[Your actions in those turns:]\n{actions}"}
+    return list(history[:HEAD]) + [note] + list(history[HEAD + 2 * upto:])
+
+
+REBUILDERS: Registry[Callable[[list[Message], dict[str, Any]], list[Message]]] = Registry(
+    "context record policy", {"full": _rebuild_full, "window": _rebuild_window, "summary": _rebuild_summary})
+"""A context record's ``policy`` -> how to make its messages again from the history."""
 
 
 POLICIES: Registry[Callable[..., ContextPolicy]] = Registry(
@@ -243,5 +248,5 @@ def history_from_trajectory(header: dict[str, Any], steps: list[dict[str, Any]],
 
 
 __all__ = ["ContextOverflow", "ContextPolicy", "ContextView", "FullPolicy", "WindowPolicy", "SummaryPolicy",
-           "DEFAULT_SUMMARY_PROMPT", "POLICIES", "make_context_policy", "rebuild", "elide", "answer",
+           "DEFAULT_SUMMARY_PROMPT", "POLICIES", "REBUILDERS", "make_context_policy", "rebuild", "elide", "answer",
            "history_from_trajectory"]

@@ -17,7 +17,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from repogym.agents.context import ContextOverflow, answer, make_context_policy
+from repogym.agents.context import answer, make_context_policy
+from repogym.agents.errors import ContextOverflow
 from repogym.agents.policy import Completion, Engine, SamplingParams
 from repogym.envs.actions import parse_action
 from repogym.envs.errors import ConfigError

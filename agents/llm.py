@@ -8,9 +8,9 @@ Guaranteed: the conversation kept is exactly what the environment saw (one assis
 answered by a ``tool`` message linked by ``tool_call_id``, or by a ``user`` message after a plain-text
 answer); token usage is summed per episode. Failures of the server (connection refused, timeouts, HTTP
 429 and 5xx) are retried with exponential backoff and then raised as :class:`repogym.envs.errors.InfraError`
-with ``where="llm"``; any other HTTP error is raised at once (:class:`LLMHTTPError`). Not guaranteed: that
-the model's output is a valid tool call; a bad one goes to the environment, which answers it with an
-error observation (the agent's mistake is data, not a crash).
+with ``where="llm"``; any other HTTP error is raised at once (:class:`repogym.agents.errors.LLMHTTPError`).
+Not guaranteed: that the model's output is a valid tool call; a bad one goes to the environment, which
+answers it with an error observation (the agent's mistake is data, not a crash).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable
 
 from repogym.agents.context import answer, make_context_policy
+from repogym.agents.errors import LLMHTTPError, TransientLLMError
 from repogym.envs.errors import ConfigError, InfraError
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -87,18 +88,6 @@ class LLMConfig:
     def url(self) -> str:
         """The chat completions endpoint."""
         return self.base_url.rstrip("/") + "/chat/completions"
-
-
-class LLMHTTPError(InfraError):
-    """The server refused the request with an HTTP error that a retry would not fix (4xx other than 429)."""
-
-    def __init__(self, url: str, status: int, body: str):
-        self.url, self.status, self.body = url, status, body
-        super().__init__("llm", f"POST {url} returned HTTP {status}: {body[:500]}")
-
-
-class _Retryable(Exception):
-    """A failure worth another attempt; carries its description for the final error."""
 
 
 def _zero_usage() -> dict[str, int]:
@@ -212,8 +201,8 @@ class LLMAgent:
             try:
                 response = self._post(url, data)
                 break
-            except _Retryable as exc:
-                last_error = str(exc)
+            except TransientLLMError as exc:
+                last_error = exc.message
         else:
             raise InfraError("llm", f"POST {url} failed after {self.config.max_retries + 1} attempts; "
                                     f"last error: {last_error}")
@@ -239,16 +228,16 @@ class LLMAgent:
         except urllib.error.HTTPError as exc:
             body = _read_error_body(exc)
             if exc.code == 429 or exc.code >= 500:
-                raise _Retryable(f"HTTP {exc.code}: {body[:300]}") from None
+                raise TransientLLMError(f"HTTP {exc.code}: {body[:300]}") from None
             raise LLMHTTPError(url, exc.code, body) from None
         except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise _Retryable(f"{type(exc).__name__}: {reason}") from None
+            raise TransientLLMError(f"{type(exc).__name__}: {reason}") from None
         try:
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             # A cut-off or garbled body is a server glitch, as a dropped connection is.
-            raise _Retryable(f"invalid JSON in the response ({exc}): {raw[:200]!r}") from None
+            raise TransientLLMError(f"invalid JSON in the response ({exc}): {raw[:200]!r}") from None
 
 
 def _arguments(raw: Any) -> Any:
@@ -268,3 +257,6 @@ def _read_error_body(exc: urllib.error.HTTPError) -> str:
         return exc.read().decode("utf-8", "replace")
     except Exception:  # the body is only for the message; an unreadable one must not hide the status
         return ""
+
+
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "LLMAgent", "LLMConfig", "LLMHTTPError"]

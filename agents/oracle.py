@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from repogym.envs.errors import ConfigError
 from repogym.envs.tasks.schema import Task
 from repogym.envs.tasks.suites import load_suite
 
@@ -70,7 +71,7 @@ class OracleAgent:
     def __init__(self, suite: str = "builtin", tasks: list[Task] | None = None, style: str = "patch",
                  context: int = 1):
         if style not in ("patch", "edit"):
-            raise ValueError(f"style must be 'patch' or 'edit', got {style!r}")
+            raise ConfigError(f"expected style 'patch' or 'edit', got {style!r}")
         self._tasks = {t.instance_id: t for t in (tasks if tasks is not None else load_suite(suite))}
         self.style, self.context = style, context
         self._plan: list[str] = []

@@ -2,7 +2,7 @@
 
 Token-level agents (``hf``) and the trainer's rollout fleet talk to any engine through this protocol:
 transformers ``generate`` on CPU (``repogym.agents.hf.HFEngine``), a vLLM engine on GPU
-(``repogym.trainer.inference.vllm.VLLMEngine``), or a Ray actor handle wrapping either.
+(``repogym.trainer.inference.vllm_engine.VLLMEngine``), or a Ray actor handle wrapping either.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from repogym.agents.trajectory import read_trajectory
+from repogym.envs.errors import ConfigError
 
 
 class ReplayAgent:
@@ -13,7 +14,7 @@ class ReplayAgent:
 
     def __init__(self, actions: list[str] | None = None, path: str | None = None):
         if actions is None and path is None:
-            raise ValueError("ReplayAgent needs actions=[...] or path=TRAJECTORY.jsonl")
+            raise ConfigError("expected ReplayAgent(actions=[...]) or ReplayAgent(path=TRAJECTORY.jsonl), got neither")
         if actions is None:
             actions = read_trajectory(path).actions
         self.actions = list(actions)

@@ -1,13 +1,15 @@
 """Running an agent in an environment for one episode, writing the trajectory as it goes.
 
 The trajectory format is described in :mod:`repogym.agents.trajectory`. An agent that fails on infrastructure
-(an unreachable model server: :class:`repogym.envs.errors.InfraError`) ends the episode as ``infra_error``,
-recorded with where it happened, never as a reward of 0.
+(an unreachable model server: :class:`repogym.envs.errors.InfraError`) ends the episode as
+:attr:`Status.INFRA_ERROR <repogym.envs.status.Status.INFRA_ERROR>` with a NaN reward, recorded with where it
+happened, never as a reward of 0. A policy whose context runs out
+(:class:`repogym.agents.errors.ContextOverflow`) ends it as ``context_overflow`` with reward 0: that is the
+policy's outcome, kept for training.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,11 +17,13 @@ from typing import Any
 
 import gymnasium as gym
 
-from repogym.agents.context import ContextOverflow
-from repogym.agents.trajectory import TRAJECTORY_FORMAT, TokenSequence, Trajectory, TrajectoryWriter
+from repogym.agents.errors import ContextOverflow
+from repogym.agents.trajectory import TRAJECTORY_FORMAT, TokenSequence, Trajectory, TrajectoryWriter, status_of
 from repogym.envs.errors import InfraError
+from repogym.envs.status import Status, excluded
 
-CONTEXT_OVERFLOW = "context_overflow"
+UNKNOWN_STATUS = "unknown"
+"""The status of an episode that ended with no eval record (an environment that grades nothing): no outcome."""
 
 
 @dataclass
@@ -28,7 +32,8 @@ class EpisodeResult:
 
     task_id: str
     agent: str
-    status: str
+    status: Status | str
+    """A :class:`Status` (a plain string given is taken as one); a string only for outcomes it does not name."""
     reward: float
     turns: int
     duration_s: float
@@ -40,9 +45,17 @@ class EpisodeResult:
     trajectory: Trajectory | None = None
     """The episode's trajectory records, in memory (as written to the file)."""
 
+    def __post_init__(self):
+        self.status = status_of(self.status)
+
     @property
     def infra_error(self) -> bool:
-        return self.status == "infra_error" or math.isnan(self.reward)
+        """Excluded from training and metrics: an infrastructure failure or no (NaN) reward."""
+        return excluded(self.status, self.reward)
+
+    @property
+    def resolved(self) -> bool:
+        return self.status == Status.RESOLVED
 
 
 def run_episode(env: gym.Env, agent, *, task_id: str | None = None, seed: int | None = None,
@@ -73,14 +86,14 @@ def run_episode(env: gym.Env, agent, *, task_id: str | None = None, seed: int | 
             try:
                 action = agent.act(obs, info)
             except InfraError as exc:
-                record = {"status": "infra_error", "error": {"where": exc.where, "message": exc.message}}
-                write({"type": "end", "status": "infra_error", "reward": float("nan"), "eval": record})
-                return EpisodeResult(info["task_id"], agent_name, "infra_error", float("nan"), turns,
+                record = {"status": Status.INFRA_ERROR, "error": {"where": exc.where, "message": exc.message}}
+                write({"type": "end", "status": Status.INFRA_ERROR, "reward": float("nan"), "eval": record})
+                return EpisodeResult(info["task_id"], agent_name, Status.INFRA_ERROR, float("nan"), turns,
                                      time.monotonic() - start, record, None, info, kept)
             except ContextOverflow as exc:  # the policy's limit, not the machine's: a 0, kept for training
-                record = {"status": CONTEXT_OVERFLOW, "error": {"where": "agent.context", "message": str(exc)}}
-                write({"type": "end", "status": CONTEXT_OVERFLOW, "reward": 0.0, "eval": record})
-                return EpisodeResult(info["task_id"], agent_name, CONTEXT_OVERFLOW, 0.0, turns,
+                record = {"status": Status.CONTEXT_OVERFLOW, "error": {"where": "agent.context", "message": str(exc)}}
+                write({"type": "end", "status": Status.CONTEXT_OVERFLOW, "reward": 0.0, "eval": record})
+                return EpisodeResult(info["task_id"], agent_name, Status.CONTEXT_OVERFLOW, 0.0, turns,
                                      time.monotonic() - start, record, tokens if has_tokens and turns else None,
                                      info, kept)
             turn = agent.turn_record() if hasattr(agent, "turn_record") else None
@@ -99,7 +112,7 @@ def run_episode(env: gym.Env, agent, *, task_id: str | None = None, seed: int | 
                 tokens.add_record(tok)
             write(step)
         record = info.get("eval", {})
-        result = EpisodeResult(info["task_id"], agent_name, record.get("status", "unknown"), reward, turns,
+        result = EpisodeResult(info["task_id"], agent_name, record.get("status", UNKNOWN_STATUS), reward, turns,
                                time.monotonic() - start, record, tokens if has_tokens and turns else None, info, kept)
         write({"type": "end", "status": result.status, "reward": reward, "eval": record})
         return result

@@ -8,6 +8,10 @@ version), and an ``end`` line (status, reward, eval record). A crash loses at mo
 The token sequence of an episode is the concatenation over steps of ``prompt`` (loss mask 0) then
 ``completion`` (loss mask 1): exactly the tokens the model was fed and generated, nothing re-rendered.
 Version 1 files (no ``agent`` field) still read; they just carry no tokens.
+
+The ``status`` of the end line is a :class:`repogym.envs.status.Status` value, written as its plain string;
+:func:`status_of` reads one back. What is not an outcome (a reader's ``unfinished`` for a file with no end
+line, or a status written by another tool) stays a plain string.
 """
 
 from __future__ import annotations
@@ -17,10 +21,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repogym.agents.errors import TrajectoryFileError
 from repogym.envs.errors import InfraError
+from repogym.envs.status import Status
 
 TRAJECTORY_FORMAT = "repogym.trajectory/2"
 READABLE_FORMATS = ("repogym.trajectory/1", TRAJECTORY_FORMAT)
+UNFINISHED = "unfinished"
+"""The status of a trajectory with no end line (the writer stopped mid-episode): not an outcome."""
+
+
+def status_of(text: str) -> Status | str:
+    """``text`` as a :class:`Status`, or unchanged when it names an outcome ``Status`` does not hold."""
+    try:
+        return Status(text)
+    except ValueError:
+        return text
 
 
 class TrajectoryWriter:
@@ -105,8 +121,9 @@ class Trajectory:
         return [s["action"] for s in self.steps]
 
     @property
-    def status(self) -> str:
-        return (self.end or {}).get("status", "unfinished")
+    def status(self) -> Status | str:
+        """The end line's status (see :func:`status_of`), or :data:`UNFINISHED` without one."""
+        return status_of((self.end or {}).get("status", UNFINISHED))
 
     def tokens(self) -> TokenSequence | None:
         """The token sequence, or None when the agent recorded no tokens (oracle, llm, v1 files)."""
@@ -120,7 +137,10 @@ class Trajectory:
 
 
 def read_trajectory(path: str | Path) -> Trajectory:
-    """Read a trajectory file; a torn last line (the writer was killed mid-write) is ignored."""
+    """Read a trajectory file; a torn last line (the writer was killed mid-write) is ignored.
+
+    A malformed file raises :class:`repogym.agents.errors.TrajectoryFileError` (a ``ValueError``) naming the line.
+    """
     header, steps, end = None, [], None
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     for i, line in enumerate(lines):
@@ -131,23 +151,23 @@ def read_trajectory(path: str | Path) -> Trajectory:
         except json.JSONDecodeError:
             if i == len(lines) - 1:
                 break
-            raise ValueError(f"{path}:{i + 1}: not a JSON line") from None
+            raise TrajectoryFileError(path, i + 1, "not a JSON line") from None
         if not isinstance(record, dict):
-            raise ValueError(f"{path}:{i + 1}: a trajectory line must be a JSON object")
+            raise TrajectoryFileError(path, i + 1, "a trajectory line must be a JSON object")
         kind = record.get("type")
         if kind == "header":
             if record.get("format") not in READABLE_FORMATS:
-                raise ValueError(f"{path}: unknown trajectory format {record.get('format')!r}; "
-                                 f"readable: {', '.join(READABLE_FORMATS)}")
+                raise TrajectoryFileError(path, i + 1, f"unknown trajectory format {record.get('format')!r}; "
+                                                       f"readable: {', '.join(READABLE_FORMATS)}")
             header = record
         elif kind == "step":
             steps.append(record)
         elif kind == "end":
             end = record
     if header is None:
-        raise ValueError(f"{path}: no header line; not a repogym trajectory")
+        raise TrajectoryFileError(path, None, "no header line; not a repogym trajectory")
     return Trajectory(header, steps, end)
 
 
-__all__ = ["READABLE_FORMATS", "TRAJECTORY_FORMAT", "TokenSequence", "Trajectory", "TrajectoryWriter",
-           "read_trajectory"]
+__all__ = ["READABLE_FORMATS", "TRAJECTORY_FORMAT", "UNFINISHED", "TokenSequence", "Trajectory",
+           "TrajectoryFileError", "TrajectoryWriter", "read_trajectory", "status_of"]

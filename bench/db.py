@@ -3,6 +3,8 @@
 Episodes are written one by one as they finish, each in its own transaction (WAL journal), so a run
 killed at any moment keeps every episode that finished. ``episode_key`` (agent, checkpoint, suite,
 task, sample) is unique: re-running the same benchmark skips what is already there.
+
+``status`` is stored as the plain string of its :class:`repogym.envs.status.Status` and read back as one.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ import sqlite3
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
+
+from repogym.agents.trajectory import status_of
+from repogym.envs.status import Status, excluded
 
 SCHEMA_VERSION = 1
 
@@ -28,7 +33,7 @@ CREATE TABLE IF NOT EXISTS episodes (
     long_horizon INTEGER NOT NULL DEFAULT 0,  -- the task needs 10+ turns
     sample INTEGER NOT NULL,        -- 0..k-1 within (agent, checkpoint, suite, task)
     seed INTEGER NOT NULL,
-    status TEXT NOT NULL,           -- resolved | unresolved | patch_failed | infra_error | ...
+    status TEXT NOT NULL,           -- a Status: resolved | unresolved | patch_failed | infra_error | ...
     reward REAL,                    -- NULL for infra_error (NaN is not stored)
     components TEXT NOT NULL DEFAULT '{}',    -- JSON: reward components
     turns INTEGER NOT NULL,
@@ -60,8 +65,10 @@ class EpisodeRow:
     task_id: str
     sample: int
     seed: int
-    status: str
+    status: Status | str
+    """A :class:`Status` (a plain string given is taken as one); a string only for outcomes it does not name."""
     reward: float | None
+    """None for an excluded episode (NaN is not stored)."""
     turns: int
     wall_s: float
     checkpoint: str = ""
@@ -78,17 +85,21 @@ class EpisodeRow:
     error: dict[str, Any] | None = None
     finished_at: str = ""
 
+    def __post_init__(self):
+        self.status = status_of(self.status)
+
     @property
     def key(self) -> str:
         return episode_key(self.agent, self.checkpoint, self.suite, self.task_id, self.sample)
 
     @property
     def resolved(self) -> bool:
-        return self.status == "resolved"
+        return self.status == Status.RESOLVED
 
     @property
     def infra_error(self) -> bool:
-        return self.status == "infra_error"
+        """Left out of every rate (:func:`repogym.envs.status.excluded`): an infrastructure failure or no reward."""
+        return excluded(self.status, self.reward)
 
 
 def episode_key(agent: str, checkpoint: str, suite: str, task_id: str, sample: int) -> str:

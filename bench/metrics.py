@@ -1,9 +1,9 @@
 """Benchmark metrics over stored episodes: resolved rate, pass@k, confidence intervals and process metrics.
 
 Guarantees:
-- ``infra_error`` episodes count in ``episodes`` and ``infra_errors`` / ``infra_error_rate`` and nowhere
-  else: every rate and mean is over the other ("valid") episodes, so a broken sandbox never reads as a
-  failed agent.
+- excluded episodes (:func:`repogym.envs.status.excluded`: ``infra_error``, or no reward) count in
+  ``episodes`` and ``infra_errors`` / ``infra_error_rate`` and nowhere else: every rate and mean is over the
+  other ("valid") episodes, so a broken sandbox never reads as a failed agent.
 - Rates are means over tasks of each task's c/n (c resolved of n valid samples), so a task run more often
   does not weigh more. A task whose every episode was an infra error is left out of the rates.
 - ``pass_at_k`` is the unbiased estimator of Chen et al. (2021), computed as a product (no huge binomials),
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from repogym.bench.db import EpisodeRow
+from repogym.envs.errors import ConfigError
 
 
 @dataclass
@@ -66,9 +67,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     1 - C(n-c, k) / C(n, k), computed as 1 - prod_{i=n-c+1}^{n} (1 - k/i) so large n cannot overflow.
     """
     if not 0 <= c <= n:
-        raise ValueError(f"expected 0 <= c <= n, got n={n}, c={c}")
+        raise ConfigError(f"expected 0 <= c <= n, got n={n}, c={c}")
     if not 1 <= k <= n:
-        raise ValueError(f"expected 1 <= k <= n, got n={n}, k={k}")
+        raise ConfigError(f"expected 1 <= k <= n, got n={n}, k={k}")
     if n - c < k:
         return 1.0
     product = 1.0
@@ -80,7 +81,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """The Wilson score interval (default 95%) of a success rate; (0.0, 1.0) when n is 0 (nothing known)."""
     if not 0 <= successes <= n:
-        raise ValueError(f"expected 0 <= successes <= n, got successes={successes}, n={n}")
+        raise ConfigError(f"expected 0 <= successes <= n, got successes={successes}, n={n}")
     if n == 0:
         return 0.0, 1.0
     p = successes / n

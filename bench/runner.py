@@ -11,7 +11,9 @@ Guarantees:
   stay, unreferenced, and are overwritten on resume). Local sandboxes die with the process; Docker
   containers left over are labelled for ``repogym gc``.
 - Infrastructure failures, the agent's included (:class:`repogym.envs.errors.InfraError` from ``act`` or from
-  loading the task), are stored as ``infra_error`` rows with ``where`` and ``message``, never as reward 0.
+  loading the task), are stored as ``infra_error`` rows (:class:`repogym.envs.status.Status`) with ``where``
+  and ``message`` and no reward, never as reward 0; so is any episode :func:`repogym.envs.status.excluded`
+  leaves out (a NaN reward).
   Any other exception is a bug: the run stops and it propagates.
 
 Not guaranteed: trajectory files of the same agent name at another checkpoint share a folder and
@@ -33,6 +35,7 @@ from repogym.agents.trajectory import Trajectory
 from repogym.bench.db import EpisodeRow, ResultsDB, episode_key
 from repogym.bench.metrics import Summary, summarize
 from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.status import Status
 from repogym.envs.tasks.schema import Task
 
 SEED_STRIDE = 1000
@@ -44,7 +47,7 @@ class BenchConfig:
     """One benchmark run: an agent over a suite."""
 
     agent: str
-    """Registry name of the agent (:data:`agents.AGENTS`)."""
+    """Registry name of the agent (:data:`repogym.agents.AGENTS`)."""
     suite: str = "builtin"
     """Suite name or JSONL path (stored as given)."""
     db: str | Path = "runs/bench.db"
@@ -150,18 +153,12 @@ def registry_factory(config: BenchConfig, tasks: list[Task]) -> AgentFactory:
     """Builds agents by registry name; bad options become a :class:`ConfigError` on the first build."""
     from repogym.agents import AGENTS, make_agent
 
-    if config.agent not in AGENTS:  # checked now: with nothing left to run, no agent is ever built
+    if config.agent not in AGENTS:  # checked now: with nothing left to run, no agent is ever built (or imported)
         AGENTS.resolve(config.agent)  # raises, listing the agents
     options = dict(config.agent_options)
     if config.agent == "oracle":
         options.setdefault("tasks", tasks)
-
-    def build():
-        try:
-            return make_agent(config.agent, **options)
-        except TypeError as exc:  # an option the agent's constructor does not take
-            raise ConfigError(f"agent {config.agent!r} rejected its options {sorted(options)}: {exc}") from exc
-    return build
+    return lambda: make_agent(config.agent, **options)
 
 
 def plan(config: BenchConfig, tasks: list[Task], done: set[str]) -> list[EpisodeSpec]:
@@ -241,8 +238,8 @@ def _episode(env, agent, name: str, spec: EpisodeSpec) -> EpisodeResult:
         return run_episode(env, agent, task_id=spec.task.instance_id, seed=spec.seed, agent_name=name,
                            trajectory=spec.trajectory)
     except InfraError as exc:
-        record = {"status": "infra_error", "error": {"where": exc.where, "message": exc.message}}
-        return EpisodeResult(spec.task.instance_id, name, "infra_error", float("nan"), 0,
+        record = {"status": Status.INFRA_ERROR, "error": {"where": exc.where, "message": exc.message}}
+        return EpisodeResult(spec.task.instance_id, name, Status.INFRA_ERROR, float("nan"), 0,
                              time.monotonic() - start, record, trajectory=Trajectory({}, [], None))
 
 
@@ -255,13 +252,13 @@ def episode_row(config: BenchConfig, spec: EpisodeSpec, result: EpisodeResult) -
     task = spec.task
     return EpisodeRow(
         agent=config.name, suite=config.suite, task_id=task.instance_id, sample=spec.sample, seed=spec.seed,
-        status="infra_error" if infra else result.status, reward=None if infra else float(result.reward),
+        status=Status.INFRA_ERROR if infra else result.status, reward=None if infra else float(result.reward),
         turns=result.turns, wall_s=round(result.duration_s, 3), checkpoint=config.checkpoint,
         difficulty=task.difficulty, long_horizon=is_long_horizon(task),
         components=dict(result.info.get("reward_components") or {}), tool_calls=len(steps),
         tool_errors=sum(bool(s["info"].get("error")) for s in steps),
         well_formed=int(result.info.get("well_formed_calls", 0)),
-        self_corrected=result.status == "resolved" and failed_tests_before(steps),
+        self_corrected=result.resolved and failed_tests_before(steps),
         prompt_tokens=prompt, completion_tokens=completion, trajectory=str(spec.trajectory),
         error=result.eval.get("error") if infra else None)
 

@@ -2,7 +2,7 @@
 
 Guaranteed:
 - every trajectory format in :data:`repogym.agents.trajectory.READABLE_FORMATS` reads; an unfinished episode
-  (no end line) renders with status ``unfinished``;
+  (no end line) renders with status ``unfinished`` (:data:`repogym.agents.trajectory.UNFINISHED`);
 - a missing or unreadable file is a :class:`repogym.envs.errors.ConfigError` naming the file and why;
 - in HTML, every text from the trajectory (actions, tool output, test ids, the diff) is escaped: agent
   output is untrusted. The page needs no network: inline CSS, no scripts;
@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repogym.agents.trajectory import read_trajectory
+from repogym.agents.trajectory import UNFINISHED, read_trajectory
 from repogym.envs.actions import parse_action
 from repogym.envs.errors import ConfigError
+from repogym.envs.status import Status
 from repogym.envs.tools.base import ToolError
 
 MAX_LINES = 40
@@ -57,7 +58,8 @@ class EpisodeView:
     seed: Any
     format: str
     steps: list[StepView]
-    status: str
+    status: Status | str
+    """A :class:`Status`, or ``unfinished`` (no end line)."""
     reward: float | None
     components: dict[str, float] = field(default_factory=dict)
     tests: dict[str, str] = field(default_factory=dict)
@@ -200,10 +202,10 @@ def _step_text(step: StepView, full: bool, paint: _Paint) -> list[str]:
 
 
 def _end_text(view: EpisodeView, full: bool, paint: _Paint) -> list[str]:
-    colour = "green" if view.status == "resolved" else "red"
+    colour = "green" if view.status == Status.RESOLVED else "red"
     out = [paint("── end ", "bold", "cyan") + paint("─" * 40, "dim"),
            f"status {paint(view.status, 'bold', colour)}   reward {format_number(view.reward)}"]
-    if view.status == "unfinished":
+    if view.status == UNFINISHED:
         out.append("  the episode did not finish (no end line: the writer stopped mid-episode)")
     if view.components:
         out.append("reward components: " + ", ".join(f"{k}={format_number(v)}" for k, v in view.components.items()))
@@ -287,7 +289,7 @@ def _step_html(step: StepView, full: bool) -> str:
 
 def _end_html(view: EpisodeView, full: bool) -> str:
     e = html.escape
-    css = "resolved" if view.status == "resolved" else "failed"
+    css = "resolved" if view.status == Status.RESOLVED else "failed"  # CSS classes, not statuses
     parts = ['<section id="end"><h2>End</h2>',
              f'<p>status <span class="{css}">{e(view.status)}</span> &middot; '
              f"reward {e(format_number(view.reward))}</p>"]

@@ -10,7 +10,8 @@
    cost without a prefix cache) and at the last turn (the context needed), as ratios to ``full``. The
    summary is a stand-in of fixed size (``--summary-tokens``), as no model writes it here.
 
-Run: ``python benchmarks/long_context.py [--lengths 1024 2048 4096 8192] [--tasks N] [--json]``.
+Run from the repository root:
+``python -m benchmarks.long_context [--lengths 1024 2048 4096 8192] [--tasks N] [--json]``.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 CORPUS = ["def clamp(x, low, high):\n    return max(low, min(x, high))\n", "<tool_call>{\"name\": \"bash\"}</tool_call>",
           "error (parse_error): invalid JSON", "FAILED tests/test_ops.py::test_clamp - assert 0 == 10"] * 20

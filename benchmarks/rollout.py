@@ -6,7 +6,8 @@ sandboxes. Printed per setting: episodes per minute over whole RL steps (rollout
 environment-idle share (time an episode's sandbox waits on the model / episode time). Ratios are what to
 read (machines here are noisy): async/sync and N/1 workers.
 
-Run: ``python benchmarks/rollout.py [--workers 2] [--steps 3] [--tasks-per-step 2] [--json]``.
+Run from the repository root:
+``python -m benchmarks.rollout [--workers 2] [--steps 3] [--tasks-per-step 2] [--json]``.
 """
 
 from __future__ import annotations
@@ -18,10 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from repogym.trainer.config import load_config  # noqa: E402
-from repogym.trainer.train import Trainer  # noqa: E402
+from repogym.trainer.config import load_config
+from repogym.trainer.train import Trainer
 
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "tiny-cpu.yaml"
 

@@ -1,10 +1,19 @@
-"""Typed failures of the environment stack.
+"""Typed failures of the environment stack: every exception class of ``repogym.envs`` is defined here.
 
 Three kinds of failure get three treatments (see docs/architecture.md):
-- the agent's mistakes (bad tool call, path outside the repo, broken patch) are *observations*, never raised;
+
+- the agent's mistakes (bad tool call, path outside the repo, broken patch, tests that hang) are
+  *observations*, never raised out of ``step``: :class:`ToolError` and :class:`SandboxRequestError` are
+  raised inside the stack and turned into observations where the tool call is handled;
 - control flow (submit, turn limit) is explicit in ``step``'s return values;
-- infrastructure failures are the exceptions below. Each names where it happened (``where``) so a
-  trajectory can record it and training can drop the episode instead of learning from a fake 0.
+- infrastructure failures are :class:`InfraError` and its subclasses. Each names where it happened
+  (``where``) so a trajectory can record it and training can drop the episode instead of learning from a fake 0.
+
+A wrong argument or config value is a :class:`ConfigError` ("expected X, got Y"); a malformed task file a
+:class:`TaskFileError`. :class:`SandboxKilledByAgent` is the agent's outcome (it scores 0), not an
+infrastructure failure, though it carries ``where`` too. The task generator's drop signals
+(:class:`MutantTimeout`, :class:`MutationNotLongHorizon`) never leave :func:`repogym.envs.taskgen.generate.generate`.
+Every class here subclasses :class:`RepogymError`, so a caller can catch all of repogym's deliberate failures at once.
 """
 
 from __future__ import annotations
@@ -67,5 +76,34 @@ class SandboxKilledByAgent(RepogymError):
         super().__init__(f"[{where}] {message}")
 
 
-class EvaluationError(InfraError):
-    """Grading could not produce a trustworthy per-test report."""
+class RunnerExited(SandboxError):
+    """The in-sandbox runner's output stream ended: it exited or was killed (the client blames agent or infra)."""
+
+
+class RunnerTimeout(SandboxError):
+    """The in-sandbox runner did not answer in time (frozen from outside, or starved by what runs inside)."""
+
+
+class SandboxRequestError(RepogymError):
+    """The runner refused a request (bad path, git failure); the sandbox itself is fine.
+
+    Not an :class:`InfraError`: the request was wrong (usually the agent's), so callers turn it into an
+    observation or an ``unresolved`` grade, never an excluded episode."""
+
+
+class TestRunTimeout(InfraError):
+    """A test run passed the harness's time limit (the tests hung, not the sandbox failing)."""
+
+    __test__ = False  # not a pytest test class
+
+
+class SourceNotUsable(ConfigError):
+    """The task generator's source has no tests that run (none found, a missing dependency, a collection error)."""
+
+
+class MutantTimeout(RepogymError):
+    """The task generator's mutant made the tests run past their time: the mutation is dropped."""
+
+
+class MutationNotLongHorizon(RepogymError):
+    """In long-horizon task generation, a test too close to the mutation catches it: the mutation is dropped."""

@@ -8,7 +8,9 @@ grades whatever the diff is then), as do the optional budgets of observation tok
 (``info["truncation"]`` says which). Every step reports ``info["usage"]``: the observation's characters
 (and tokens, given a tokenizer) and the episode's running totals. Agent mistakes are observations;
 infrastructure failures end the episode with ``info["infra_error"]`` and a NaN reward, so training can
-drop them; an agent that kills its own sandbox gets reward 0.
+drop them; an agent that kills its own sandbox gets reward 0. What the episode has done so far (turn, last
+edit, test runs) is an :class:`repogym.envs.episode_state.EpisodeState`, made fresh on each reset and shared
+with the tools through their context; the reward's facts are read from it (:mod:`repogym.envs.rewards.facts`).
 """
 
 from __future__ import annotations
@@ -23,15 +25,16 @@ import gymnasium as gym
 
 from repogym.envs.actions import FORMAT_HINT, parse_action
 from repogym.envs.errors import ConfigError, InfraError, SandboxError, SandboxKilledByAgent
-from repogym.envs.rewards import INFRA_ERROR, UNRESOLVED, EvalRecord, grade
+from repogym.envs.rewards import EvalRecord, grade
 from repogym.envs.rewards.components import EpisodeFacts, RewardConfig, compute_reward
+from repogym.envs.rewards.facts import analyze_sandbox, ran_tests_since_last_edit, tests_since_last_edit
 from repogym.envs.sandbox import SandboxConfig, SandboxRequestError, default_backend, sandbox_factory
 from repogym.envs.sandbox.pool import SandboxPool
+from repogym.envs.status import Status, excluded
 from repogym.envs.tasks.repos import repo_path, snapshot
 from repogym.envs.tasks.schema import Task
 from repogym.envs.tasks.suites import find_task, load_suite
 from repogym.envs.tools import TOOLS, ToolContext, ToolError, get_tool, tools_schema
-from repogym.envs.tools.inspect import analyze_sandbox, tests_since_last_edit
 
 ENV_ID = "repogym/RepoTask-v0"
 _EMPTY_ANALYSIS = {"changed": [], "dependents": [], "tests": [], "syntax_errors": [], "unresolved": []}
@@ -73,7 +76,8 @@ class EnvConfig:
     eval_pool_size: int = 1
     """Grading sandboxes kept started ahead of time (per environment image)."""
     reward: RewardConfig | str = "default"
-    """Reward components and weights, or a preset name (``default``: tests only; ``process``)."""
+    """Reward components and weights, or the name of a preset in
+    :data:`repogym.envs.rewards.components.PRESETS` (``default``: tests only; ``process``; ``shaped``)."""
     analyze_final_diff: bool = True
     """Put the tree-sitter analysis of the final diff in ``info["analysis"]``."""
     tokenizer: Any = None
@@ -225,6 +229,7 @@ class RepoTaskEnv(gym.Env):
         if self._done:
             raise RuntimeError("the episode is over (or never started): call reset() first")
         self.turn += 1
+        self.ctx.episode.turn = self.turn
         start = time.monotonic()
         info: dict[str, Any] = {"task_id": self.task.instance_id, "turn": self.turn, "tool": None,
                                 "exit_code": None, "error": None}
@@ -239,7 +244,6 @@ class RepoTaskEnv(gym.Env):
                 obs, reward = self._finish("submitted", info)
                 terminated = True
             else:
-                self.ctx.notes["turn"] = self.turn
                 result = tool.run(self.ctx, args)
                 obs, info["exit_code"], info["error"] = result.output, result.exit_code, result.error
                 info.update(result.data)
@@ -250,14 +254,15 @@ class RepoTaskEnv(gym.Env):
         except SandboxKilledByAgent as exc:
             # The agent's doing: graded as a failure (never excluded), and the sandbox is replaced on reset.
             self._sandbox.dirty_reason = self._sandbox.dirty_reason or str(exc)
-            record = EvalRecord(self.task.instance_id, UNRESOLVED, error={"where": exc.where, "message": exc.message})
+            record = EvalRecord(self.task.instance_id, Status.UNRESOLVED,
+                                error={"where": exc.where, "message": exc.message})
             _, reward = self._finish("the sandbox was killed from inside", info, record=record)
             obs, info["error"], terminated = (f"error (sandbox_killed): {exc.message}. Nothing of this episode can "
                                               "be graded; the episode ends with no reward."), "sandbox_killed", True
         except InfraError as exc:
             obs = f"[infrastructure error in {exc.where}: {exc.message}; the episode ends]"
             info["infra_error"] = {"where": exc.where, "message": exc.message}
-            info["eval"] = {"status": "infra_error", "error": info["infra_error"]}
+            info["eval"] = {"status": Status.INFRA_ERROR, "error": info["infra_error"]}
             info["exclude"] = True
             reward, truncated = float("nan"), True
             if self._sandbox is not None:
@@ -274,12 +279,12 @@ class RepoTaskEnv(gym.Env):
             if self.config.grade_on_truncation:
                 _, reward = self._finish(budget["reason"].replace("_", " "), info)
             else:
-                info["eval"] = {"status": "not_submitted"}
+                info["eval"] = {"status": Status.NOT_SUBMITTED}
             obs += f"\n[{budget['message']}; the episode ends]"
         if terminated or truncated:
             self._done = True
             info["well_formed_calls"] = self.well_formed
-            if "eval" in info and info["eval"].get("status") == "infra_error":
+            if "eval" in info and info["eval"].get("status") == Status.INFRA_ERROR:
                 info["infra_error"] = info["eval"].get("error")
         info["duration_s"] = round(time.monotonic() - start, 4)
         info["usage"] = self._count(obs, None if budget else measured)
@@ -324,14 +329,15 @@ class RepoTaskEnv(gym.Env):
     def _note_edit(self) -> str:
         """Record whether the repository's content changed (whatever tool did it, bash included); returns a
         note for the observation when that cannot be told (a full disk, say)."""
+        episode = self.ctx.episode
         try:
             tree = self._sandbox.tree_id()
         except SandboxRequestError as exc:
-            self.ctx.notes["last_edit_turn"] = self.turn
+            episode.last_edit_turn = self.turn
             return f"\n[note: git could not record the repository's state: {exc}]"
-        if tree != self.ctx.notes.get("tree_id", self._sandbox.base_tree):
-            self.ctx.notes["last_edit_turn"] = self.turn
-        self.ctx.notes["tree_id"] = tree
+        if tree != (self._sandbox.base_tree if episode.tree_id is None else episode.tree_id):
+            episode.last_edit_turn = self.turn
+        episode.tree_id = tree
         return ""
 
     def _finish(self, why: str, info: dict[str, Any], record: EvalRecord | None = None) -> tuple[str, float]:
@@ -345,22 +351,23 @@ class RepoTaskEnv(gym.Env):
         analysis = None
         if self.config.analyze_final_diff or self.config.reward.needs_analysis:
             try:
-                analysis = analyze_sandbox(self.ctx, patch).to_dict() if patch.strip() else copy.deepcopy(_EMPTY_ANALYSIS)
+                analysis = (analyze_sandbox(self._sandbox, self.task, patch).to_dict() if patch.strip()
+                            else copy.deepcopy(_EMPTY_ANALYSIS))
                 info["analysis"] = analysis
             except Exception as exc:  # the reward must not hinge on an analysis bug; record it instead
                 info["analysis"] = {"error": f"{type(exc).__name__}: {exc}"}
-        after_edit = tests_since_last_edit(self.ctx)
+        episode = self.ctx.episode
         facts = EpisodeFacts(eval=record, turns=self.turn, well_formed=self.well_formed, analysis=analysis,
-                             tests_after_last_edit=after_edit, changed_anything=bool(patch.strip()),
-                             ran_tests_after_last_edit=any(r["turn"] > self.ctx.notes.get("last_edit_turn", 0)
-                                                           for r in self.ctx.notes.get("test_runs", [])),
+                             tests_after_last_edit=tests_since_last_edit(episode),
+                             changed_anything=bool(patch.strip()),
+                             ran_tests_after_last_edit=ran_tests_since_last_edit(episode),
                              pass_to_pass=self.task.PASS_TO_PASS)
         reward, components = compute_reward(self.config.reward, facts)
-        if components is None:
-            info["exclude"] = True  # infrastructure failed: no components, drop from training
-        else:
+        if components is not None:
             info["reward_components"] = components
-        summary = record.status
+        if excluded(record.status, reward):
+            info["exclude"] = True  # infrastructure failed (no components) or no reward: drop from training
+        summary = record.status.value
         if record.fail_to_pass:
             summary += (f" (FAIL_TO_PASS {record.fail_to_pass['passed']}/{record.fail_to_pass['total']}, "
                         f"PASS_TO_PASS {record.pass_to_pass['passed']}/{record.pass_to_pass['total']})")
@@ -373,15 +380,16 @@ class RepoTaskEnv(gym.Env):
             patch = self._sandbox.diff()
         except (SandboxRequestError, SandboxKilledByAgent) as exc:
             self._sandbox.dirty_reason = self._sandbox.dirty_reason or f"diff failed: {exc}"
-            return EvalRecord(self.task.instance_id, UNRESOLVED, error={
+            return EvalRecord(self.task.instance_id, Status.UNRESOLVED, error={
                 "where": getattr(exc, "where", "env.diff"), "message": f"the diff could not be taken: {exc}"}), ""
         except InfraError as exc:
             self._sandbox.dirty_reason = self._sandbox.dirty_reason or str(exc)
-            return EvalRecord(self.task.instance_id, INFRA_ERROR, error={"where": exc.where, "message": exc.message}), ""
+            return EvalRecord(self.task.instance_id, Status.INFRA_ERROR,
+                              error={"where": exc.where, "message": exc.message}), ""
         try:
             return grade(self.task, patch, self._grading_pool(self.task).acquire, timeout=self.config.eval_timeout), patch
         except Exception as exc:  # grade turns every failure into a record; this is a bug of ours: a 0, recorded
-            return EvalRecord(self.task.instance_id, UNRESOLVED, error={
+            return EvalRecord(self.task.instance_id, Status.UNRESOLVED, error={
                 "where": "env.grade", "message": f"internal error while grading: {type(exc).__name__}: {exc}"}), patch
 
     def render(self) -> str | None:

@@ -21,6 +21,8 @@ class Status(StrEnum):
     """The agent's patch did not apply to a fresh checkout."""
     INFRA_ERROR = "infra_error"
     """Infrastructure (never the agent) failed: the episode says nothing about the policy."""
+    NOT_SUBMITTED = "not_submitted"
+    """The turn limit came first and grading on truncation is off (``EnvConfig.grade_on_truncation``)."""
     CONTEXT_OVERFLOW = "context_overflow"
     """The policy's context ran out before it submitted (the agent's outcome, reward 0)."""
 

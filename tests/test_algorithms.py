@@ -114,3 +114,47 @@ def test_gae_over_generated_positions_only():
     # last: delta = 1 - 0.6 = 0.4; first: delta = 0.6 - 0.2 = 0.4, adv = 0.4 + 0.5 * 0.4 = 0.6
     assert adv[0].tolist() == pytest.approx([0.6, 0.0, 0.4])
     assert ret[0, 0] == pytest.approx(0.8) and ret[0, 2] == pytest.approx(1.0)
+
+
+# -- the registry and the protocol ------------------------------------------------------------------------
+def test_make_algorithm_resolves_by_name_and_a_miss_lists_every_algorithm():
+    from repogym.envs.errors import ConfigError
+    from repogym.trainer.algorithms import ALGORITHMS, make_algorithm
+
+    assert ALGORITHMS.names() == ["grpo", "ppo", "sft"]
+    with pytest.raises(ConfigError, match="unknown algorithm 'nope': expected one of grpo, ppo, sft"):
+        make_algorithm("nope")
+    with pytest.raises(ConfigError, match=r"algorithm 'grpo': .*group_sise"):
+        make_algorithm("grpo", {"group_sise": 4})
+    with pytest.raises(ConfigError, match="negative_scale"):
+        make_algorithm("grpo", {"negative_scale": -1})
+    with pytest.raises(ConfigError, match="hidden_size"):
+        make_algorithm("ppo", {})
+    assert make_algorithm("grpo", {"group_size": 3}).group_size == 3
+
+
+@pytest.mark.parametrize("name, options, expected", [
+    ("grpo", {"group_size": 4, "temperature": 0.7, "loss_agg": "sequence", "epochs": 2, "kl_coef": 0.1},
+     {"group_size": 4, "temperature": 0.7, "loss_agg": "sequence", "epochs": 2, "needs_hidden": False,
+      "needs_reference": True}),
+    ("ppo", {"group_size": 2, "temperature": 0.9, "epochs": 3},
+     {"group_size": 2, "temperature": 0.9, "loss_agg": "token", "epochs": 3, "needs_hidden": True,
+      "needs_reference": False}),
+    ("sft", {"loss_agg": "sequence"},
+     {"group_size": 1, "temperature": 1.0, "loss_agg": "sequence", "epochs": 1, "needs_hidden": False,
+      "needs_reference": False}),
+])
+def test_every_algorithm_provides_the_whole_protocol(name, options, expected):
+    from repogym.trainer.algorithms import Algorithm, make_algorithm
+
+    algorithm = make_algorithm(name, options, hidden_size=8)
+    assert isinstance(algorithm, Algorithm) and algorithm.name == name
+    assert {key: getattr(algorithm, key) for key in expected} == expected
+    assert len(list(algorithm.parameters())) == (2 if name == "ppo" else 0)  # PPO's value head: weight and bias
+    # One loss signature for all: the learner passes hidden states (None unless needs_hidden).
+    batch = collate([Sample(ids=[5, 6, 7], mask=[0, 1, 1], logprobs=[0.0, -1.0, -1.0], reward=1.0)], pad_id=0)
+    logits = torch.zeros(1, 3, 10)
+    hidden = torch.zeros(1, 3, 8) if algorithm.needs_hidden else None
+    loss, metrics = algorithm.loss(logits, batch, 2.0, torch.zeros(1, 2) if algorithm.needs_reference else None,
+                                   hidden=hidden)
+    assert loss.dim() == 0 and metrics

@@ -20,7 +20,8 @@ from repogym.agents.trajectory import Trajectory
 from repogym.bench.db import EpisodeRow, ResultsDB
 from repogym.bench.metrics import pass_at_k, summarize, summary_table, wilson
 from repogym.bench.runner import BenchConfig, episode_row, plan, run_bench
-from repogym.envs.errors import InfraError
+from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.status import Status
 from repogym.envs.tasks.schema import Task
 from repogym.envs.tasks.suites import load_suite
 from repogym.cli import main
@@ -130,6 +131,41 @@ def test_episode_row_counts_calls_errors_tokens_and_self_correction():
                           {"status": "infra_error", "error": {"where": "llm", "message": "down"}})
     r = episode_row(config, spec, infra)
     assert (r.status, r.reward, r.error) == ("infra_error", None, {"where": "llm", "message": "down"})
+
+
+def test_statuses_are_status_values_and_nan_rewards_are_excluded(tmp_path):
+    result = EpisodeResult("t", "a", "resolved", 1.0, 1, 0.1)
+    assert result.status is Status.RESOLVED and result.resolved and not result.infra_error
+    # A NaN reward is excluded like an infrastructure failure, whatever the status says, and stored as one.
+    lost = EpisodeResult("t", "a", "unresolved", float("nan"), 1, 0.1)
+    assert lost.status is Status.UNRESOLVED and lost.infra_error and not lost.resolved
+    config = BenchConfig(agent="null", suite="s", db=tmp_path / "r.db")
+    spec = plan(config, [task("t")], set())[0]
+    stored = episode_row(config, spec, lost)
+    assert (stored.status, stored.reward) == (Status.INFRA_ERROR, None) and stored.infra_error
+    # SQLite keeps the plain string; it reads back as a Status. An outcome Status does not name stays a string.
+    with ResultsDB(tmp_path / "r.db") as db:
+        db.add_episode(stored)
+        db.add_episode(row("t2", "not_submitted"))
+        raw = dict(db.conn.execute("SELECT status, typeof(status) AS kind FROM episodes WHERE task_id = 't'").fetchone())
+        back = {r.task_id: r.status for r in db.episodes()}
+    assert raw == {"status": "infra_error", "kind": "text"}
+    assert back["t"] is Status.INFRA_ERROR and back["t2"] == "not_submitted"
+    assert EpisodeRow(agent="a", suite="s", task_id="t", sample=0, seed=0, status="unresolved", reward=None,
+                      turns=1, wall_s=1.0).infra_error  # no reward: excluded from every rate
+
+
+def test_unknown_agent_lists_the_agents_and_bad_options_are_config_errors():
+    from repogym.agents import AGENTS, make_agent
+    with pytest.raises(ConfigError) as caught:
+        make_agent("nope")
+    assert all(name in str(caught.value) for name in AGENTS.names())
+    with pytest.raises(ConfigError, match="agent 'oracle' rejected its options \\['bogus'\\]"):
+        make_agent("oracle", bogus=1)
+    with pytest.raises(ConfigError, match="expected style 'patch' or 'edit'"):
+        make_agent("oracle", style="diff")
+    with pytest.raises(ConfigError, match="ReplayAgent"):
+        make_agent("replay")
 
 
 def test_plan_seeds_are_deterministic_and_skip_what_is_done(tmp_path):

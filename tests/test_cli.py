@@ -1,10 +1,11 @@
 """The ``repogym`` command line."""
 
+import argparse
 import json
 
 import pytest
 
-from repogym.cli import main
+from repogym.cli import build_parser, main
 
 
 def test_tasks_list_table_and_json(capsys):
@@ -50,6 +51,39 @@ def test_help_lists_every_command(capsys):
     out = capsys.readouterr().out
     for command in ("tasks", "validate", "demo", "images", "gc"):
         assert command in out
+
+
+def _commands(parser, path=("repogym",)):
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _commands(child, path + (name,))
+
+
+def test_every_command_and_option_has_help_text():
+    commands = list(_commands(build_parser()))
+    assert {path[1] for path, _ in commands if len(path) > 1} >= {"tasks", "validate", "demo", "bench", "analyze",
+                                                                "images", "gc", "train", "leaderboard", "show"}
+    for path, parser in commands:
+        assert parser.description and len(parser.description) > 30, f"{' '.join(path)}: no description"
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            if isinstance(action, argparse._SubParsersAction):
+                listed = {a.dest: a.help for a in action._choices_actions}
+                assert set(listed) == set(action.choices) and all(listed.values()), f"{' '.join(path)}: {listed}"
+                continue
+            assert action.help, f"{' '.join(path)} {action.option_strings or action.dest}: no help"
+
+
+def test_choices_and_agent_names_come_from_the_registries(capsys):
+    from repogym.agents import AGENTS
+    from repogym.envs.sandbox import BACKENDS
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"one of {', '.join(AGENTS.names())}" in out and "{" + ",".join(BACKENDS.names()) + "}" in out
 
 
 def test_replay_agent_plays_back_a_trajectory(tmp_path, tiny_task):

@@ -18,7 +18,8 @@ from typing import Callable
 
 import pytest
 
-from repogym.envs.rewards import RESOLVED, UNRESOLVED, EvalRecord, grade
+from repogym.envs.rewards import EvalRecord, grade
+from repogym.envs.status import Status
 from repogym.envs.sandbox import SandboxConfig, make_sandbox
 from repogym.envs.sandbox.base import Sandbox
 from repogym.envs.sandbox.pool import SandboxPool
@@ -55,7 +56,8 @@ def check_task(task: Task, make: Callable[[], Sandbox], runs: int, empty_runs: i
     """Grade gold ``runs`` times and empty ``empty_runs`` times; the problems found and the seconds it took."""
     start = time.monotonic()
     problems = []
-    for label, patch, expected, times in (("gold", task.patch, RESOLVED, runs), ("empty", "", UNRESOLVED, empty_runs)):
+    for label, patch, expected, times in (("gold", task.patch, Status.RESOLVED, runs),
+                                          ("empty", "", Status.UNRESOLVED, empty_runs)):
         records = [grade(task, patch, make, timeout=EVAL_TIMEOUT) for _ in range(times)]
         problems += disagreements(task, label, records, expected)
     return problems, time.monotonic() - start

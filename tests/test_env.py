@@ -8,8 +8,11 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import repogym.envs  # noqa: F401
+from repogym.envs.episode_state import EpisodeState, TestRunRecord
 from repogym.envs.errors import ConfigError
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv, truncate
+from repogym.envs.rewards import facts as episode_facts  # its tests_since_last_edit would be collected as a test
+from repogym.envs.status import Status
 
 
 def call(name, **arguments):
@@ -54,7 +57,8 @@ def test_gold_patch_through_tools_earns_one(env, tiny_task):
     assert "applied" in obs and "error" not in info and reward == 0.0
     obs, reward, term, trunc, info = env.step(call("submit"))
     assert (reward, term, trunc) == (1.0, True, False)
-    assert info["eval"]["status"] == "resolved"
+    assert info["eval"]["status"] == "resolved" and info["eval"]["status"] is Status.RESOLVED
+    assert json.loads(json.dumps(info["eval"]))["status"] == "resolved"  # JSON keeps the plain string
     assert info["eval"]["tests"]["tests/test_hidden.py::test_clamp_above"] == "passed"
     with pytest.raises(RuntimeError, match="reset"):
         env.step(call("diff"))
@@ -149,6 +153,17 @@ def test_turn_limit_truncates_and_grades(backend, tiny_task):
         environment.close()
 
 
+def test_turn_limit_without_grading_is_not_submitted(backend, tiny_task):
+    environment = RepoTaskEnv(task=tiny_task, sandbox=backend, config=EnvConfig(max_turns=1, grade_on_truncation=False))
+    try:
+        environment.reset()
+        obs, reward, term, trunc, info = environment.step(call("diff"))
+        assert (term, trunc, reward) == (False, True, 0.0) and "exclude" not in info
+        assert info["eval"] == {"status": "not_submitted"} and info["eval"]["status"] is Status.NOT_SUBMITTED
+    finally:
+        environment.close()
+
+
 def test_reset_restores_the_repository(env):
     env.reset()
     env.step(call("bash", command="rm -rf calc && echo junk > junk.txt"))
@@ -232,6 +247,25 @@ def test_inspect_diff_shows_blast_radius_and_tests_run_since_last_edit(env):
     env.step(call("bash", command="echo '# later' >> calc/ops.py"))  # an edit: earlier runs no longer count
     obs, *_, info = env.step(call("inspect_diff"))
     assert info["covering_run"] == 0
+
+
+def test_episode_state_records_turns_edits_and_test_runs(env):
+    env.reset()
+    first = env.ctx.episode
+    assert first == EpisodeState()
+    env.step(call("edit", path="calc/ops.py", old="high - 1", new="high"))
+    assert (first.turn, first.last_edit_turn) == (1, 1) and first.tree_id is not None
+    env.step(call("run_tests", tests=["tests/test_ops.py"]))
+    [run] = first.test_runs
+    assert isinstance(run, TestRunRecord) and (run.turn, run.tests) == (2, ["tests/test_ops.py"])
+    assert run.outcomes["tests/test_ops.py::test_clamp_inside"] == "passed"
+    assert episode_facts.tests_since_last_edit(first) == run.outcomes
+    env.step(call("bash", command="true"))  # an editing tool that changed nothing is no edit
+    assert (first.turn, first.last_edit_turn) == (3, 1) and episode_facts.ran_tests_since_last_edit(first)
+    env.step(call("bash", command="echo '# later' >> calc/ops.py"))
+    assert first.last_edit_turn == 4 and episode_facts.tests_since_last_edit(first) == {}
+    env.reset()
+    assert env.ctx.episode is not first and env.ctx.episode == EpisodeState()
 
 
 def test_process_reward_and_final_analysis(backend, tiny_task):

@@ -16,6 +16,7 @@ from repogym.agents.rollout import run_episode
 from repogym.envs.errors import InfraError, SandboxError
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
 from repogym.envs.sandbox import SandboxConfig
+from repogym.envs.status import Status
 
 
 def call(name, **arguments):
@@ -40,7 +41,7 @@ def docker_env(tiny_task):
 def assert_infra_error(step, where_prefix):
     obs, reward, term, trunc, info = step
     assert trunc and not term and math.isnan(reward) and info["exclude"]
-    assert info["eval"]["status"] == "infra_error" and info["infra_error"]["where"].startswith(where_prefix)
+    assert info["eval"]["status"] == Status.INFRA_ERROR and info["infra_error"]["where"].startswith(where_prefix)
     assert "infrastructure error" in obs
     return info["infra_error"]["message"]
 
@@ -53,7 +54,7 @@ def assert_recovers(env, tiny_task):
 
 
 def container_gone(name):
-    from repogym.envs.sandbox.docker import docker_client
+    from repogym.envs.sandbox.docker_client import docker_client
     return not docker_client().containers.list(all=True, filters={"name": name})
 
 
@@ -97,7 +98,7 @@ def test_a_missing_image_fails_reset_with_the_image_named(tiny_task):
         # Through the rollout (as bench and the fleet run it): the episode is data, an infra_error.
         from repogym.bench.runner import EpisodeSpec, _episode
         result = _episode(env, make_agent("null"), "null", EpisodeSpec(tiny_task, 0, 0, None))
-        assert result.status == "infra_error" and "no-such-image" in result.eval["error"]["message"]
+        assert result.status == Status.INFRA_ERROR and "no-such-image" in result.eval["error"]["message"]
     finally:
         env.close()
     good = make_env("docker", tiny_task)
@@ -128,7 +129,7 @@ def test_a_full_host_disk_is_an_infra_error_and_the_env_goes_on(backend, tiny_ta
         assert caught.value.where == "repogym.agents.trajectory"
         (full / "filler").unlink()
         result = run_episode(env, make_agent("oracle", tasks=[tiny_task]), task_id=tiny_task.instance_id, trajectory=full / "t.jsonl")
-        assert result.status == "resolved" and (full / "t.jsonl").read_text().count("\n") >= 3
+        assert result.status == Status.RESOLVED and (full / "t.jsonl").read_text().count("\n") >= 3
     finally:
         env.close()
         subprocess.run(["umount", str(full)], check=False)
@@ -166,7 +167,7 @@ def test_dockerd_restart_mid_episode(tiny_task):
         log = open("/var/log/dockerd.log", "ab")
         subprocess.Popen(cmdline, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
         assert_infra_error(env.step(call("bash", command="echo after")), "sandbox.docker")
-        from repogym.envs.sandbox.docker import docker_client
+        from repogym.envs.sandbox.docker_client import docker_client
         for _ in range(120):
             try:
                 docker_client().ping()
@@ -216,12 +217,12 @@ def test_a_sandbox_that_fails_to_start_is_infrastructure_replaced_and_counted(ti
 def test_a_rollout_worker_turns_any_exception_into_an_outcome(tiny_task, monkeypatch):
     from repogym.trainer.fleet import EpisodeRequest, RolloutWorker, WorkerSpec
     from repogym.envs.errors import SandboxKilledByAgent
-    worker = RolloutWorker(WorkerSpec(tasks=[tiny_task], env={"sandbox": "local"}, agent="null"))
+    worker = RolloutWorker(WorkerSpec(tasks=[tiny_task], env=EnvConfig(sandbox="local"), agent="null"))
     for error in (SandboxKilledByAgent("sandbox.local.ping", "runner exited"), RuntimeError("a bug"),
                   SandboxError("sandbox.local.start", "no bwrap")):
         def broken_reset(self, *, seed=None, options=None, error=error):
             raise error
         monkeypatch.setattr(RepoTaskEnv, "reset", broken_reset)
         outcome = worker.run(EpisodeRequest(task_id=tiny_task.instance_id, seed=0))
-        assert outcome.status == "infra_error" and math.isnan(outcome.reward)
+        assert outcome.status == Status.INFRA_ERROR and math.isnan(outcome.reward)
         assert outcome.error["message"].endswith(str(error.message if hasattr(error, "message") else error))

@@ -23,11 +23,12 @@ import pytest
 
 import repogym.envs.rewards.evaluate as evaluate
 from repogym.envs.repo_env import RepoTaskEnv
-from repogym.envs.rewards import RESOLVED, UNRESOLVED, grade, reward_of
+from repogym.envs.rewards import grade, reward_of
 from repogym.envs.rewards.canary import Canary, canary_source
 from repogym.envs.rewards.guards import check_run, harness_reach, tripped
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
 from repogym.envs.sandbox.testrun import TestRun, _read_stream, aggregate_stream, launch_command
+from repogym.envs.status import Status
 from tests.conftest import CORRECT
 from tests.test_integrity import F2P, patch_of
 
@@ -247,7 +248,7 @@ def no_tamper_filter(monkeypatch):
 
 
 def assert_forgery_stopped(record, guard: str | None = None):
-    assert record.status == UNRESOLVED and reward_of(record) == 0.0, (record.status, record.error, record.tests)
+    assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0, (record.status, record.error, record.tests)
     assert record.tests[F2P] != "passed" or record.error["where"].startswith("rewards.guard"), record.error
     if guard:
         assert record.error["where"] == f"rewards.guard.{guard}", (record.error, record.guards)
@@ -272,7 +273,7 @@ def test_an_in_process_forgery_trips_the_canary(factory, task, tmp_path, attack)
 def test_control_each_in_process_forgery_resolves_without_the_guards(factory, task, tmp_path, attack, monkeypatch):
     no_guards(monkeypatch)
     record = grade(task, patch_of(task, {"calc/ops.py": IN_PROCESS[attack]}, tmp_path), factory)
-    assert record.status == RESOLVED, (record.error, record.tests)
+    assert record.status == Status.RESOLVED, (record.error, record.tests)
 
 
 def test_an_atexit_rewrite_of_the_stream_and_the_report_earns_nothing(factory, task, tmp_path):
@@ -289,14 +290,14 @@ def test_the_gold_patch_resolves_beside_every_attack_s_harmless_neighbours(facto
     # The gold fix with code that touches the same corners honestly (atexit, gc, an int subclass): still 1.
     honest = CORRECT + "\nimport atexit\nimport gc\n\natexit.register(gc.collect)\n\n\nclass Count(int):\n    pass\n"
     record = grade(task, patch_of(task, {"calc/ops.py": honest}, tmp_path), factory)
-    assert record.status == RESOLVED and reward_of(record) == 1.0, (record.error, record.guards)
+    assert record.status == Status.RESOLVED and reward_of(record) == 1.0, (record.error, record.guards)
     assert set(record.guards.values()) == {"ok"} and len(record.canaries) == 2
     assert "calc/ops.py: atexit" in record.harness_reach  # flagged, not judged
 
 
 def test_the_gold_patch_resolves_with_every_guard_ok(factory, task):
     record = grade(task, task.patch, factory)
-    assert record.status == RESOLVED and set(record.guards.values()) == {"ok"}, (record.error, record.guards)
+    assert record.status == Status.RESOLVED and set(record.guards.values()) == {"ok"}, (record.error, record.guards)
     assert record.harness_reach == []
 
 
@@ -323,7 +324,7 @@ def test_a_shadowing_file_that_gets_through_is_never_loaded(factory, task, tmp_p
     no_tamper_filter(monkeypatch)
     patch = pyc_patch(task, tmp_path) if kind == "pyc" else patch_of(task, SHADOWS[kind], tmp_path)
     record = grade(task, patch, factory)
-    assert record.status == UNRESOLVED and record.tests[F2P] == "failed", (record.error, record.tests)
+    assert record.status == Status.UNRESOLVED and record.tests[F2P] == "failed", (record.error, record.tests)
     assert record.dropped == []
 
 
@@ -377,7 +378,7 @@ def test_a_forged_episode_scores_0_and_says_which_guard(backend, tiny_task):
             "command": f"cat >> calc/ops.py <<'EOF'\n{forged}EOF"}}))
         _, reward, terminated, _, info = env.step(json.dumps({"name": "submit", "arguments": {}}))
         assert terminated and reward == 0.0
-        assert info["eval"]["status"] == UNRESOLVED and info["eval"]["error"]["where"] == "rewards.guard.canary"
+        assert info["eval"]["status"] == Status.UNRESOLVED and info["eval"]["error"]["where"] == "rewards.guard.canary"
         assert "calc/ops.py: _pytest" in info["eval"]["harness_reach"]
         env.reset()
         env.step(json.dumps({"name": "apply_patch", "arguments": {"patch": tiny_task.patch}}))

@@ -270,7 +270,7 @@ def test_cli_prints_kinds_and_reasons_and_dry_run_keeps(world, capsys):
 def docker_world(world, monkeypatch):
     """``world`` with the real Docker daemon; yields a fresh run id and removes what a test leaves."""
     require_backend("docker")
-    from repogym.envs.sandbox.docker import docker_client
+    from repogym.envs.sandbox.docker_client import docker_client
     from repogym.envs.sandbox.images import base_image_exists
     if not base_image_exists():
         pytest.fail("base image missing: run `repogym images build`")

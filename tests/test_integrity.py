@@ -19,11 +19,12 @@ import pytest
 import repogym.envs.rewards.evaluate as evaluate
 from repogym.envs.errors import SandboxError, SandboxKilledByAgent
 from repogym.envs.repo_env import RepoTaskEnv
-from repogym.envs.rewards import INFRA_ERROR, RESOLVED, UNRESOLVED, grade, reward_of
+from repogym.envs.rewards import grade, reward_of
 from repogym.envs.rewards.leaks import added_lines, find_leaks, inspect_sandbox
 from repogym.envs.rewards.validate import validate_task
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
 from repogym.envs.sandbox.local import PROJECT_ROOT, SYSTEM_DIRS
+from repogym.envs.status import Status
 from repogym.envs.tasks.repos import snapshot
 from tests.conftest import CORRECT, _git
 
@@ -128,7 +129,7 @@ class Proxy:
 ])
 def test_sabotage_beside_the_fix_is_unresolved_with_reward_0(factory, task, tmp_path, sabotage):
     record = grade(task, patch_of(task, sabotage, tmp_path), factory)
-    assert record.status == UNRESOLVED and reward_of(record) == 0.0
+    assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0
     assert record.tests[F2P] != "passed" and record.attempts == 1
     assert not (record.error or {}).get("where", "").startswith("rewards.health_check")
 
@@ -144,7 +145,7 @@ def test_code_under_test_cannot_kill_the_grading_runner(factory, task, tmp_path)
 def test_the_same_fix_without_sabotage_resolves(factory, task, tmp_path):
     # The control of the sabotage cases: the fix they all carry is enough on its own.
     record = grade(task, patch_of(task, {"calc/ops.py": fixed_ops()}, tmp_path), factory)
-    assert record.status == RESOLVED and reward_of(record) == 1.0
+    assert record.status == Status.RESOLVED and reward_of(record) == 1.0
 
 
 def test_a_skipped_test_is_recorded_as_skipped_and_fails(factory, task, tmp_path):
@@ -158,7 +159,7 @@ def test_a_skipped_test_is_recorded_as_skipped_and_fails(factory, task, tmp_path
 def test_a_hang_past_the_timeout_is_unresolved_not_an_infra_error(factory, task, tmp_path):
     patch = patch_of(task, {"calc/ops.py": fixed_ops("    while True:\n        pass\n")}, tmp_path)
     record = grade(task, patch, factory, timeout=8)
-    assert record.status == UNRESOLVED and reward_of(record) == 0.0
+    assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0
     assert record.error["where"] == "sandbox.run_tests"
 
 
@@ -168,7 +169,7 @@ def test_a_forged_report_plugin_in_the_repository_is_never_loaded(factory, task,
               "    json.dump({'nonce': os.environ.get('REPOGYM_REPORT_NONCE'), 'tests': {i.nodeid: 'passed' "
               "for i in session.items}}, open(os.environ['REPOGYM_REPORT'], 'w'))\n")
     record = grade(task, patch_of(task, {"repogym_report.py": forged, "calc/cheat.py": CHEAT}, tmp_path), factory)
-    assert record.status == UNRESOLVED and record.tests[F2P] == "failed"
+    assert record.status == Status.UNRESOLVED and record.tests[F2P] == "failed"
 
 
 def test_the_report_path_and_nonce_are_not_in_the_environment_of_the_code_under_test(factory, task, tmp_path):
@@ -178,7 +179,7 @@ def test_the_report_path_and_nonce_are_not_in_the_environment_of_the_code_under_
               f"        json.dump({{'nonce': os.environ.get('REPOGYM_REPORT_NONCE'), 'tests': {every!r}}}, open(path, 'w'))\n"
               "    os._exit(0)\n")
     record = grade(task, patch_of(task, {"calc/ops.py": fixed_ops(forger)}, tmp_path), factory)
-    assert record.status == UNRESOLVED and record.tests[F2P] == "missing"
+    assert record.status == Status.UNRESOLVED and record.tests[F2P] == "missing"
 
 
 def test_infra_errors_are_the_health_check_and_a_sandbox_lost_from_outside(tiny_task, factory):
@@ -186,7 +187,7 @@ def test_infra_errors_are_the_health_check_and_a_sandbox_lost_from_outside(tiny_
         return inner.run("exit 1" if command.startswith("python -c") else command, **kwargs)
 
     record = grade(tiny_task, tiny_task.patch, lambda: Proxy(factory(), run=broken_python))
-    assert record.status == INFRA_ERROR and math.isnan(reward_of(record)) and record.attempts == 2
+    assert record.status == Status.INFRA_ERROR and math.isnan(reward_of(record)) and record.attempts == 2
     assert record.error["where"] == "rewards.health_check.interpreter"
 
     def killed_from_inside(inner, command, **kwargs):
@@ -195,7 +196,7 @@ def test_infra_errors_are_the_health_check_and_a_sandbox_lost_from_outside(tiny_
         return inner.run(command, **kwargs)
 
     record = grade(tiny_task, tiny_task.patch, lambda: Proxy(factory(), run=killed_from_inside))
-    assert record.status == UNRESOLVED and reward_of(record) == 0.0 and record.attempts == 1
+    assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0 and record.attempts == 1
     assert record.error == {"where": "sandbox.test", "message": "runner died during the tests"}
     assert set(record.tests.values()) == {"missing"}
 
@@ -205,7 +206,7 @@ def test_infra_errors_are_the_health_check_and_a_sandbox_lost_from_outside(tiny_
         return inner.run(command, **kwargs)
 
     record = grade(tiny_task, tiny_task.patch, lambda: Proxy(factory(), run=lost_from_outside))
-    assert record.status == INFRA_ERROR and math.isnan(reward_of(record)) and record.attempts == 2
+    assert record.status == Status.INFRA_ERROR and math.isnan(reward_of(record)) and record.attempts == 2
     assert record.error == {"where": "sandbox.test", "message": "container exited"}
 
 
@@ -213,7 +214,7 @@ def test_infra_errors_are_the_health_check_and_a_sandbox_lost_from_outside(tiny_
 def test_the_exit_code_of_the_test_command_decides_nothing(tiny_task, factory):
     # pytest passes every test but the command reports failure: the report, not the exit code, decides.
     failing = replace(tiny_task, test_command="trap 'exit 3' EXIT; python -m pytest -q -p no:cacheprovider")
-    assert grade(failing, failing.patch, factory).status == RESOLVED
+    assert grade(failing, failing.patch, factory).status == Status.RESOLVED
 
 
 # -- tampering is dropped, and said -------------------------------------------------------------------------
@@ -244,7 +245,7 @@ def dropped_paths(record) -> set[str]:
                                   for k in sorted(TAMPERING)])
 def test_each_kind_of_tampering_earns_nothing_and_is_listed(factory, task, tmp_path, kind):
     record = grade(task, patch_of(task, {"calc/cheat.py": CHEAT, **TAMPERING[kind]}, tmp_path), factory)
-    assert record.status == UNRESOLVED and reward_of(record) == 0.0 and record.tests[F2P] == "failed"
+    assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0 and record.tests[F2P] == "failed"
     assert set(TAMPERING[kind]) <= dropped_paths(record) and "calc/cheat.py" not in dropped_paths(record)
     assert record.to_dict()["dropped"] == record.dropped  # what info["eval"] carries
 
@@ -257,7 +258,7 @@ def test_control_the_tampering_would_earn_a_pass_if_nothing_dropped_it(factory, 
     # The test-process guards are a second line behind the filter (they catch this cheat too): off here.
     monkeypatch.setattr(evaluate, "check_run", lambda run, canaries: {})
     record = grade(task, patch_of(task, {"calc/cheat.py": CHEAT, **TAMPERING[kind]}, tmp_path), factory)
-    assert record.status == RESOLVED
+    assert record.status == Status.RESOLVED
 
 
 def test_the_gold_patch_still_resolves_beside_every_dropped_tampering(factory, task, tmp_path):
@@ -265,7 +266,7 @@ def test_the_gold_patch_still_resolves_beside_every_dropped_tampering(factory, t
     for kind in TAMPERING:
         changes.update(TAMPERING[kind])
     record = grade(task, patch_of(task, changes, tmp_path), factory)
-    assert record.status == RESOLVED and reward_of(record) == 1.0
+    assert record.status == Status.RESOLVED and reward_of(record) == 1.0
     assert {p for kind in TAMPERING for p in TAMPERING[kind]} <= dropped_paths(record)
 
 
@@ -277,7 +278,7 @@ def test_tampering_the_patch_splitter_misses_is_still_reverted_in_the_sandbox(fa
     quoted = conftest.replace("diff --git a/conftest.py b/conftest.py", 'diff --git "a/conftest.py" "b/conftest.py"')
     quoted = quoted.replace("+++ b/conftest.py", '+++ "b/conftest.py"')
     record = grade(task, cheat + quoted, factory)
-    assert record.status == UNRESOLVED and "conftest.py" in record.dropped
+    assert record.status == Status.UNRESOLVED and "conftest.py" in record.dropped
 
 
 @pytest.mark.slow

@@ -189,6 +189,22 @@ def test_show_missing_or_unreadable_file_is_a_clean_error(tmp_path, capsys):
     assert "not a repogym trajectory" in capsys.readouterr().err
 
 
+def test_a_malformed_trajectory_is_a_typed_error_naming_the_line(tmp_path):
+    from repogym.agents.errors import TrajectoryFileError
+    from repogym.agents.trajectory import UNFINISHED, read_trajectory
+    from repogym.envs.status import Status
+    path = tmp_path / "t.jsonl"
+    header = json.dumps({"type": "header", "format": "repogym.trajectory/2", "task_id": "t", "observation": "o"})
+    path.write_text(header + "\n[1, 2]\n{}\n")
+    with pytest.raises(TrajectoryFileError, match=r"t\.jsonl:2: a trajectory line must be a JSON object") as caught:
+        read_trajectory(path)
+    assert caught.value.line == 2
+    path.write_text(header + "\n")
+    assert read_trajectory(path).status == UNFINISHED
+    path.write_text(header + "\n" + json.dumps({"type": "end", "status": "resolved", "reward": 1.0}) + "\n")
+    assert read_trajectory(path).status is Status.RESOLVED
+
+
 # -- the HTML page in a real browser ----------------------------------------------------------------------
 CHROMIUM = "/usr/bin/chromium"
 

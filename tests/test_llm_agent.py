@@ -231,6 +231,34 @@ def test_exhausted_retries_raise_infra_error_naming_the_url(server):
     assert len(server.requests) == 3 and sleeps == [1.0, 2.0]
 
 
+def test_the_agents_errors_live_in_one_module_and_stay_typed():
+    from repogym.agents import context, errors, hf, llm
+    from repogym.envs.errors import RepogymError
+    assert llm.LLMHTTPError is errors.LLMHTTPError and context.ContextOverflow is errors.ContextOverflow
+    assert hf.ContextOverflow is errors.ContextOverflow
+    for cls in (errors.LLMHTTPError, errors.TransientLLMError):
+        assert issubclass(cls, InfraError)  # the rollout ends the episode as infra_error, never a reward of 0
+    assert issubclass(errors.ContextOverflow, RepogymError) and not issubclass(errors.ContextOverflow, InfraError)
+    assert issubclass(errors.TrajectoryFileError, RepogymError) and issubclass(errors.TrajectoryFileError, ValueError)
+    assert errors.TransientLLMError("HTTP 503").where == "llm"
+
+
+def test_an_unknown_context_record_policy_lists_the_known_ones():
+    from repogym.agents.context import REBUILDERS, rebuild
+    with pytest.raises(ConfigError, match="unknown context record policy 'nope': expected one of full, window, summary"):
+        rebuild([], {"policy": "nope"})
+    assert REBUILDERS.names() == ["full", "window", "summary"]
+
+
+def test_retried_failures_name_the_last_one_without_nesting(server):
+    server.script = [(502, {"error": "bad gateway"})] * 2
+    agent = agent_for(server, Sleeps(), max_retries=1)
+    agent.reset("task", {"tools": TOOLS})
+    with pytest.raises(InfraError) as caught:
+        agent.act("task", {})
+    assert "last error: HTTP 502" in caught.value.message and "[llm]" not in caught.value.message
+
+
 def test_connection_refused_is_retried_then_raises_infra_error():
     with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
         sock.bind(("127.0.0.1", 0))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from repogym.envs.errors import ConfigError
 from repogym.envs.taskgen.mutations import (
     OPERATORS,
     Mutation,
@@ -288,7 +289,7 @@ def test_every_mutation_parses_and_broken_files_give_nothing():
     assert all(parses_cleanly(m.apply(src)) for m in muts)
     assert find_mutations("m.py", b"def f(:\n    return a < b\n") == []
     assert not parses_cleanly(b"x = (1\n")
-    with pytest.raises(ValueError, match="expected operators"):
+    with pytest.raises(ConfigError, match="unknown mutation operator 'nope': expected one of flip_comparison, "):
         find_mutations("m.py", src, ("flip_comparison", "nope"))
 
 

@@ -1,12 +1,19 @@
-"""Each reward component on hand-made episode facts, presets, registration, infra errors."""
+"""Each reward component on hand-made episode facts, the facts from an episode's state, presets,
+registration, statuses, infra errors."""
 
+import json
 import math
 
 import pytest
 
+from repogym.envs.episode_state import EpisodeState, TestRunRecord
 from repogym.envs.errors import ConfigError
-from repogym.envs.rewards.components import EpisodeFacts, RewardConfig, compute_reward, register_component
+from repogym.envs.registry import Registry
+from repogym.envs.rewards import facts as episode_facts  # its tests_since_last_edit would be collected as a test
+from repogym.envs.rewards.components import (PRESETS, EpisodeFacts, RewardConfig, compute_reward, register_component,
+                                             register_preset)
 from repogym.envs.rewards.evaluate import EvalRecord
+from repogym.envs.status import Status, excluded
 
 COVER = {"tests": [{"name": "t.a", "file": "tests/t.py", "line": 1, "test_id": "tests/t.py::test_a"},
                    {"name": "t.b", "file": "tests/t.py", "line": 5, "test_id": "tests/t.py::test_b"}],
@@ -74,9 +81,46 @@ def test_process_preset_mirrors_the_design():
         RewardConfig.preset("nope")
 
 
+def test_presets_are_a_registry_whose_miss_lists_the_names():
+    assert isinstance(PRESETS, Registry) and PRESETS.names()[:3] == ["default", "process", "shaped"]
+    with pytest.raises(ConfigError, match="unknown reward preset 'nope': expected one of default, process, shaped"):
+        RewardConfig.preset("nope")
+    register_preset("checked", {"tests": 1.0, "dependents_checked": 0.5})
+    config = RewardConfig.preset("checked")
+    assert config.weights == {"tests": 1.0, "dependents_checked": 0.5}
+    config.weights["tests"] = 9.0  # a config's weights are its own copy
+    assert RewardConfig.preset("checked").weights["tests"] == 1.0
+
+
 def test_infra_errors_get_no_components():
-    total, parts = compute_reward(RewardConfig.preset("process"), facts(eval=record("infra_error")))
-    assert math.isnan(total) and parts is None
+    total, parts = compute_reward(RewardConfig.preset("process"), facts(eval=record(Status.INFRA_ERROR)))
+    assert math.isnan(total) and parts is None and excluded(Status.INFRA_ERROR, total)
+    total, parts = compute_reward(RewardConfig.preset("process"), facts(eval=record("unresolved")))
+    assert parts is not None and not excluded(Status.UNRESOLVED, total)
+
+
+def test_an_eval_record_status_is_a_status_and_its_json_a_plain_string():
+    graded = record("resolved")
+    assert graded.status is Status.RESOLVED and graded.resolved
+    assert json.loads(json.dumps(graded.to_dict()))["status"] == "resolved"
+    assert record(Status.PATCH_FAILED).status is Status.PATCH_FAILED and not record(Status.PATCH_FAILED).resolved
+    with pytest.raises(ValueError, match="expected a status in .*'resolved'.*, got 'solved'"):
+        record("solved")
+
+
+def test_tests_since_last_edit_reads_the_episode_state():
+    state = EpisodeState(turn=6, last_edit_turn=3, test_runs=[
+        TestRunRecord(2, [], {"t::a": "failed", "t::c": "passed"}),  # before the last edit: does not count
+        TestRunRecord(4, ["t"], {"t::a": "passed", "t::b": "failed"}),
+        TestRunRecord(5, ["t::b"], {"t::b": "passed"}),  # later runs win
+    ])
+    assert [run.turn for run in episode_facts.runs_since_last_edit(state)] == [4, 5]
+    assert episode_facts.tests_since_last_edit(state) == {"t::a": "passed", "t::b": "passed"}
+    assert episode_facts.ran_tests_since_last_edit(state)
+    state.last_edit_turn = 5  # a run on the edit's own turn cannot have seen it (one call per turn)
+    assert episode_facts.tests_since_last_edit(state) == {} and not episode_facts.ran_tests_since_last_edit(state)
+    fresh = EpisodeState()
+    assert episode_facts.tests_since_last_edit(fresh) == {} and not episode_facts.ran_tests_since_last_edit(fresh)
 
 
 def test_users_register_their_own_component():

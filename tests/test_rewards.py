@@ -5,9 +5,10 @@ import math
 import pytest
 
 from repogym.envs.errors import SandboxError
-from repogym.envs.rewards import INFRA_ERROR, PATCH_FAILED, RESOLVED, UNRESOLVED, grade, reward_of
+from repogym.envs.rewards import grade, reward_of
 from repogym.envs.rewards.validate import validate_task
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
+from repogym.envs.status import Status
 
 
 @pytest.fixture
@@ -17,17 +18,17 @@ def factory(backend):
 
 def test_gold_resolves_and_empty_does_not(factory, tiny_task):
     gold = grade(tiny_task, tiny_task.patch, factory)
-    assert gold.status == RESOLVED and reward_of(gold) == 1.0
+    assert gold.status == Status.RESOLVED and reward_of(gold) == 1.0
     assert set(gold.tests.values()) == {"passed"}
     empty = grade(tiny_task, "", factory)
-    assert empty.status == UNRESOLVED and reward_of(empty) == 0.0
+    assert empty.status == Status.UNRESOLVED and reward_of(empty) == 0.0
     assert empty.tests["tests/test_hidden.py::test_clamp_above"] == "failed"
 
 
 def test_a_patch_that_does_not_apply_is_patch_failed(factory, tiny_task):
     broken = tiny_task.patch.replace("high - 1", "something else entirely")
     record = grade(tiny_task, broken, factory)
-    assert record.status == PATCH_FAILED and reward_of(record) == 0.0
+    assert record.status == Status.PATCH_FAILED and reward_of(record) == 0.0
     assert record.error["where"] == "rewards.apply_patch"
 
 
@@ -37,7 +38,7 @@ def test_a_test_missing_from_the_report_fails_closed(factory, tiny_task):
         "diff --git a/calc/__init__.py b/calc/__init__.py\n--- a/calc/__init__.py\n+++ b/calc/__init__.py\n"
         "@@ -0,0 +1,2 @@\n+import os\n+os._exit(0)\n")
     record = grade(tiny_task, patch, factory)
-    assert record.status == UNRESOLVED
+    assert record.status == Status.UNRESOLVED
     assert set(record.tests.values()) == {"missing"}
 
 
@@ -52,13 +53,13 @@ def test_infra_errors_are_retried_once_then_reported_not_zeroed(tiny_task, backe
         return real()
 
     record = grade(tiny_task, tiny_task.patch, flaky)
-    assert record.status == RESOLVED and record.attempts == 2
+    assert record.status == Status.RESOLVED and record.attempts == 2
 
     def dead():
         raise SandboxError("sandbox.test", "daemon gone")
 
     record = grade(tiny_task, tiny_task.patch, dead)
-    assert record.status == INFRA_ERROR and record.attempts == 2
+    assert record.status == Status.INFRA_ERROR and record.attempts == 2
     assert record.error == {"where": "sandbox.test", "message": "daemon gone"}
     assert math.isnan(reward_of(record))
 
@@ -76,7 +77,7 @@ def test_validate_task_accepts_a_good_task_and_flags_a_wrong_one(factory, tiny_t
 
 def test_every_grading_plants_fresh_canaries_and_lists_each_guard(factory, tiny_task):
     first, second = grade(tiny_task, tiny_task.patch, factory), grade(tiny_task, "", factory)
-    assert first.status == RESOLVED and second.status == UNRESOLVED
+    assert first.status == Status.RESOLVED and second.status == Status.UNRESOLVED
     for record in (first, second):
         assert set(record.guards) == {"canary", "report", "exit_status", "summary"}
         assert set(record.guards.values()) == {"ok"} and len(record.canaries) == 2

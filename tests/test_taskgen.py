@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.errors import ConfigError, SourceNotUsable
 from repogym.envs.rewards.validate import validate_task
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
-from repogym.envs.taskgen.generate import GenerateConfig, SourceNotUsable, explain_failure, generate
+from repogym.envs.taskgen.generate import GenerateConfig, explain_failure, generate
 from repogym.envs.taskgen.layout import declared_requirements, detect_layout
 from repogym.envs.taskgen.sources import materialize
 

@@ -8,9 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from repogym.envs.errors import ConfigError
-from repogym.trainer.config import TrainConfig, from_dict, load_config
+from repogym.trainer.config import TrainConfig, from_dict, load_config, to_dict
 from repogym.trainer.train import Trainer
 
 CONFIGS = Path(__file__).parent.parent / "configs"
@@ -22,7 +23,8 @@ def _config(run_dir: Path, **sections) -> TrainConfig:
         "seed": 0, "run_dir": str(run_dir),
         "model": {"tiny": {"vocab_size": 2048, "hidden_size": 128, "intermediate_size": 256, "num_layers": 2,
                            "num_heads": 4, "num_kv_heads": 2, "max_position_embeddings": 4096}},
-        "env": {"sandbox": "local", "max_turns": 3, "reward": "process"},
+        "env": {"sandbox": "local", "max_turns": 3, "reward": "process", "eval_timeout": 300, "command_timeout": 30,
+                "analyze_final_diff": False},
         "curriculum": {"suites": {"builtin": 1.0}, "task_ids": TASKS},
         "agent": {"temperature": 1.0, "max_new_tokens": 160, "tools": ["edit", "submit"]},
         "algorithm": {"name": "grpo", "options": {"group_size": 4}},
@@ -59,6 +61,60 @@ def test_config_errors_name_the_bad_key_and_the_valid_ones(tmp_path):
         load_config(None, ["learner.lr=fast"])
     config = load_config(CONFIGS / "tiny-cpu.yaml", ["train.steps=3", "learner.lr=1e-4", "fleet.workers=1"])
     assert (config.train.steps, config.learner.lr, config.fleet.workers) == (3, 1e-4, 1)
+
+
+def test_the_env_section_is_the_envs_own_config_with_its_defaults(tmp_path):
+    from repogym.envs.repo_env import EnvConfig
+    from repogym.envs.rewards.components import RewardConfig
+    from repogym.envs.sandbox import SandboxConfig
+
+    assert TrainConfig().env == EnvConfig() and load_config(None).env == EnvConfig()
+    assert load_config(None, ["env.max_turns=4"]).env == EnvConfig(max_turns=4)
+    with pytest.raises(ConfigError, match=r"env\.: unknown key\(s\) \['max_turnz'\]; valid: .*'max_turns'"):
+        load_config(None, ["env.max_turnz=4"])
+    with pytest.raises(ConfigError, match=r"env\.sandbox_config\.: unknown key\(s\) \['memroy'\]"):
+        load_config(None, ["env.sandbox_config.memroy=4g"])
+    with pytest.raises(ConfigError, match=r"env\.: max_turns must be >= 1, got 0"):
+        load_config(None, ["env.max_turns=0"])
+    # Non-scalar fields: a nested dataclass, a tuple, a preset name or a mapping for the reward.
+    env = load_config(None, ["env.sandbox_config.memory=4g", "env.sandbox_config.hidden_paths=[/a, /b]",
+                             "env.reward=process", "env.eval_timeout=1e2"]).env
+    assert env.sandbox_config == SandboxConfig(memory="4g", hidden_paths=("/a", "/b"))
+    assert env.reward == RewardConfig.preset("process") and env.eval_timeout == 100.0
+    env = load_config(None, ["env.reward={weights: {tests: 1.0, format: 0.5}}"]).env
+    assert env.reward == RewardConfig(weights={"tests": 1.0, "format": 0.5})
+    # A token budget counts with the policy's tokenizer, which the rollout workers fill in.
+    assert load_config(None, ["env.max_observation_tokens=500"]).env.tokenizer == "policy"
+    # The run folder's config.yaml (plain data) loads back to the same config.
+    config = load_config(CONFIGS / "tiny-cpu.yaml", ["env.reward=process"])
+    saved = tmp_path / "config.yaml"
+    saved.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+    assert load_config(saved) == config
+
+
+def test_shipped_configs_say_what_they_change_from_the_env_defaults():
+    tiny = load_config(CONFIGS / "tiny-cpu.yaml").env
+    assert (tiny.sandbox, tiny.max_turns, tiny.eval_timeout, tiny.command_timeout, tiny.analyze_final_diff) == (
+        "local", 3, 120, 30, False)
+
+
+def test_the_fleets_and_worker_specs_are_typed(tmp_path):
+    from repogym.envs.repo_env import EnvConfig
+    from repogym.envs.tasks.suites import find_task
+    from repogym.trainer.fleet import Fleet, LocalFleet, RayFleet, WorkerSpec
+
+    task = find_task(TASKS[0], "builtin")
+    with pytest.raises(TypeError, match="expected an EnvConfig, got dict"):
+        WorkerSpec(tasks=[task], env={"sandbox": "local"})
+    fleet = LocalFleet(WorkerSpec(tasks=[task], env=EnvConfig(sandbox="local", max_turns=4), agent="null"))
+    assert isinstance(fleet, Fleet) and fleet.restarts == 0
+    env = fleet.worker._env()
+    try:
+        assert env.config.max_turns == 4 and env.config.tokenizer is None  # no policy: characters only
+    finally:
+        env.close()
+    for member in ("restarts", "in_flight", "submit", "wait", "push_weights", "close"):
+        assert hasattr(RayFleet, member), member
 
 
 def test_train_cli_reports_a_bad_config_without_a_traceback(tmp_path, capsys):

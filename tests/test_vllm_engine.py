@@ -112,7 +112,7 @@ def test_engine_registry_builds_by_name_and_lists_names_on_a_miss(fake_vllm):
 
     engine = make_engine("vllm", model="/models/tiny", enforce_eager=True)
     assert engine.llm.kwargs["enforce_eager"] is True
-    with pytest.raises(ConfigError, match=r"'hf', 'vllm'"):
+    with pytest.raises(ConfigError, match="unknown inference engine 'tgi': expected one of hf, vllm"):
         make_engine("tgi")
 
 

@@ -1,6 +1,8 @@
 """The training config: one dataclass per component, loaded from YAML, overridable as ``a.b=value``.
 
-Unknown keys are errors that list the valid ones (a typo must not silently train the default).
+Unknown keys are errors that list the valid ones (a typo must not silently train the default). The ``env``
+section is the environment's own :class:`~repogym.envs.repo_env.EnvConfig`, with its defaults: a run
+that wants fewer turns or shorter timeouts says so in its YAML.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import yaml
 
 from repogym.agents.hf import HFAgentConfig
 from repogym.envs.errors import ConfigError
+from repogym.envs.repo_env import EnvConfig
 from repogym.trainer.curriculum import CurriculumConfig
 from repogym.trainer.learner import LearnerConfig
 from repogym.trainer.tiny import TinyModelConfig
@@ -29,24 +32,6 @@ class ModelConfig:
     """A local model folder (weights + tokenizer with a chat template); None builds the tiny model."""
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     """Shape of the tiny model when ``path`` is None; its tokenizer is trained on the training tasks' text."""
-
-
-@dataclass
-class EnvSection:
-    """The environment each rollout worker runs (``repogym/RepoTask-v0``)."""
-
-    sandbox: str | None = None
-    """``local``, ``docker`` or None (docker when a daemon answers)."""
-    max_turns: int = 4
-    eval_timeout: float = 300.0
-    command_timeout: float = 30.0
-    reward: str = "default"
-    analyze_final_diff: bool = False
-    """The tree-sitter analysis of every final diff costs time; off unless a reward uses it."""
-    max_observation_tokens: int | None = None
-    """Episode budget of observation tokens (counted with the policy's tokenizer); None: no budget."""
-    max_wall_s: float | None = None
-    """Episode budget of wall-clock seconds; None: no budget."""
 
 
 @dataclass
@@ -143,7 +128,8 @@ class TrainConfig:
     seed: int = 0
     run_dir: str = "runs/default"
     model: ModelConfig = field(default_factory=ModelConfig)
-    env: EnvSection = field(default_factory=EnvSection)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The environment of every rollout worker; ``tokenizer`` is the policy's unless set (see POLICY_TOKENIZER)."""
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     agent: HFAgentConfig = field(default_factory=HFAgentConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
@@ -169,12 +155,19 @@ class TrainConfig:
         return self
 
 
+POLICY_TOKENIZER = "policy"
+"""``env.tokenizer`` of a training run: the rollout worker gives each env the policy's own tokenizer. Filled in
+when ``env.max_observation_tokens`` is set without a tokenizer (EnvConfig needs one to count with)."""
+
+
 def from_dict(cls, data: Any, where: str = ""):
     """Build dataclass ``cls`` from a mapping, recursively; unknown keys raise ConfigError."""
     if data is None:
         return cls()
     if not isinstance(data, dict):
         raise ConfigError(f"{where or cls.__name__}: expected a mapping, got {type(data).__name__}")
+    if cls is EnvConfig and data.get("max_observation_tokens") is not None and data.get("tokenizer") is None:
+        data = {**data, "tokenizer": POLICY_TOKENIZER}
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
@@ -183,11 +176,14 @@ def from_dict(cls, data: Any, where: str = ""):
     values = {}
     for key, value in data.items():
         sub = _dataclass_in(hints[key])
-        values[key] = (from_dict(sub, value, f"{where}{key}.") if sub and value is not None
-                       else _number(hints[key], value, f"{where}{key}"))
+        # A dataclass field may also take a name where it admits str (EnvConfig.reward: a RewardConfig or a preset).
+        plain = value is None or (isinstance(value, str) and str in typing.get_args(hints[key]))
+        nested = sub is not None and not plain
+        values[key] = (from_dict(sub, value, f"{where}{key}.") if nested
+                       else _tuple(hints[key], _number(hints[key], value, f"{where}{key}")))
     try:
         return cls(**values)
-    except TypeError as exc:
+    except (TypeError, ConfigError) as exc:  # ConfigError: the dataclass's own checks (EnvConfig.__post_init__)
         raise ConfigError(f"{where or cls.__name__}: {exc}") from None
 
 
@@ -203,6 +199,14 @@ def _number(hint, value: Any, where: str) -> Any:
             except ValueError:
                 pass
     raise ConfigError(f"{where}: expected a number, got {value!r}")
+
+
+def _tuple(hint, value: Any) -> Any:
+    """A tuple where the field wants one: YAML has only lists."""
+    if isinstance(value, list) and (typing.get_origin(hint) is tuple
+                                    or any(typing.get_origin(a) is tuple for a in typing.get_args(hint))):
+        return tuple(value)
+    return value
 
 
 def _dataclass_in(hint) -> type | None:

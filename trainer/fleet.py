@@ -4,21 +4,21 @@ A :class:`RolloutWorker` holds ``envs_per_worker`` environments, an engine (tran
 client of a shared vLLM engine actor) and one agent per environment. :class:`RayFleet` runs workers as
 Ray actors (threaded, so their episodes and weight updates interleave) and replaces a worker that dies,
 rescheduling its episodes; :class:`LocalFleet` runs one worker in-process for tests and debugging.
-Both take requests with ``submit`` and hand back finished episodes with ``wait``.
+Both are a :class:`Fleet`: they take requests with ``submit`` and hand back finished episodes with ``wait``.
 """
 
 from __future__ import annotations
 
-import math
 import queue
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from repogym.agents.trajectory import TokenSequence
+from repogym.agents.trajectory import TokenSequence, status_of
 from repogym.envs.errors import InfraError
+from repogym.envs.repo_env import EnvConfig
+from repogym.envs.status import Status, excluded
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,8 @@ class EpisodeOutcome:
     """A finished episode, as the learner needs it."""
 
     request: EpisodeRequest
-    status: str
+    status: Status | str
+    """A :class:`Status` (a plain string given is read as one, see :func:`~repogym.agents.trajectory.status_of`)."""
     reward: float
     turns: int
     duration_s: float
@@ -51,13 +52,17 @@ class EpisodeOutcome:
     error: dict[str, Any] | None = None
     components: dict[str, float] = field(default_factory=dict)
 
+    def __post_init__(self):
+        self.status = status_of(self.status)
+
     @property
-    def infra_error(self) -> bool:
-        return self.status == "infra_error" or math.isnan(self.reward)
+    def excluded(self) -> bool:
+        """Left out of training and metrics: an infrastructure failure or no (NaN) reward."""
+        return excluded(self.status, self.reward)
 
     @property
     def resolved(self) -> bool:
-        return self.status == "resolved"
+        return self.status == Status.RESOLVED
 
     @property
     def version(self) -> int:
@@ -71,8 +76,8 @@ class WorkerSpec:
 
     tasks: list[Any]
     """Task objects the environments may be asked for."""
-    env: dict[str, Any]
-    """``EnvSection`` fields as a dict."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The environments' config; a ``tokenizer`` of None or ``"policy"`` becomes the worker's (the policy's)."""
     agent: str = "hf"
     agent_options: dict[str, Any] = field(default_factory=dict)
     model_path: str | None = None
@@ -83,6 +88,10 @@ class WorkerSpec:
     trajectory_dir: str | None = None
     format_options: dict[str, Any] = field(default_factory=dict)
     """The hf agent's prompt options (system prompt, tools), to tokenise other agents' episodes as SFT data."""
+
+    def __post_init__(self):
+        if not isinstance(self.env, EnvConfig):
+            raise TypeError(f"WorkerSpec.env: expected an EnvConfig, got {type(self.env).__name__}")
 
 
 class _TimedEngine:
@@ -132,20 +141,16 @@ class RolloutWorker:
     def _env(self):
         import gymnasium as gym
 
-        from repogym.envs.repo_env import EnvConfig
+        from repogym.trainer.config import POLICY_TOKENIZER
 
-        e = self.spec.env
-        config = EnvConfig(sandbox=e.get("sandbox"), max_turns=e.get("max_turns", 4),
-                           eval_timeout=e.get("eval_timeout", 300.0), command_timeout=e.get("command_timeout", 30.0),
-                           reward=e.get("reward", "default"), analyze_final_diff=e.get("analyze_final_diff", False),
-                           tokenizer=self.tokenizer, max_observation_tokens=e.get("max_observation_tokens"),
-                           max_wall_s=e.get("max_wall_s"))
+        config = self.spec.env
+        if config.tokenizer in (None, POLICY_TOKENIZER):
+            # Usage and the token budget count the policy's tokens; no policy (a scripted agent): characters only.
+            config = replace(config, tokenizer=self.tokenizer)
         return gym.make("repogym/RepoTask-v0", tasks=self.spec.tasks, config=config).unwrapped
 
     def _agent(self, request: EpisodeRequest):
         if self.spec.agent == "hf":
-            from dataclasses import replace
-
             from repogym.agents.hf import HFAgent, HFAgentConfig
 
             config = HFAgentConfig(**self.spec.agent_options)
@@ -176,7 +181,7 @@ class RolloutWorker:
             result = run_episode(slot["env"], agent, task_id=request.task_id, seed=request.seed,
                                  agent_name=self.spec.agent, trajectory=trajectory)
             tokens = result.tokens
-            if tokens is None and self.tokenizer is not None and not result.infra_error:
+            if tokens is None and self.tokenizer is not None and not excluded(result.status, result.reward):
                 from repogym.trainer.sft_data import teacher_forced_tokens
 
                 tokens = teacher_forced_tokens(result.trajectory, self.tokenizer, self.spec.format_options)
@@ -193,7 +198,7 @@ class RolloutWorker:
                 slot["env"] = None
             error = ({"where": exc.where, "message": exc.message} if isinstance(exc, InfraError) else
                      {"where": "fleet.worker", "message": f"{type(exc).__name__}: {exc}"})
-            return EpisodeOutcome(request, "infra_error", float("nan"), 0, time.monotonic() - start, 0.0,
+            return EpisodeOutcome(request, Status.INFRA_ERROR, float("nan"), 0, time.monotonic() - start, 0.0,
                                   worker=self.worker_id, trajectory=trajectory, error=error)
         finally:
             self._slots.put(slot)
@@ -208,13 +213,38 @@ class RolloutWorker:
         return self.worker_id
 
 
+@runtime_checkable
+class Fleet(Protocol):
+    """What the trainer needs of a rollout fleet."""
+
+    restarts: int
+    """Rollout workers replaced so far (a ``charts/`` metric)."""
+
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not yet handed back by ``wait``."""
+
+    def submit(self, requests: list[EpisodeRequest]) -> None:
+        """Queue episodes to run."""
+
+    def wait(self, timeout: float | None = None) -> list[EpisodeOutcome]:
+        """Finished episodes: at least one unless ``timeout`` passes or nothing is in flight."""
+
+    def push_weights(self, state_dict, version: int) -> None:
+        """New policy weights for every in-process engine of the fleet."""
+
+    def close(self) -> None:
+        """Stop the workers; requests still in flight are dropped."""
+
+
 class LocalFleet:
-    """One worker in this process; ``wait`` runs the next queued request."""
+    """One worker in this process; ``wait`` runs the next queued request. Never restarts its worker."""
+
+    restarts: int = 0
 
     def __init__(self, spec: WorkerSpec):
         self.worker = RolloutWorker(spec, 0)
         self._queue: list[EpisodeRequest] = []
-        self.restarts = 0
 
     @property
     def in_flight(self) -> int:
@@ -237,6 +267,9 @@ class LocalFleet:
 
 class RayFleet:
     """Workers as Ray actors; a dead worker is replaced (with the current weights) and its episodes rerun."""
+
+    restarts: int = 0
+    """Workers replaced so far; past ``max_restarts`` the run fails with an InfraError."""
 
     def __init__(self, spec: WorkerSpec, workers: int, worker_cpus: float = 1.0, max_restarts: int = 8):
         import ray
@@ -286,7 +319,7 @@ class RayFleet:
                     self._replace(index)
                 self.submit([request])
             except self.ray.exceptions.RayTaskError as exc:  # `run` returns failures as outcomes; this is a last net
-                results.append(EpisodeOutcome(request, "infra_error", float("nan"), 0, 0.0, 0.0, worker=index,
+                results.append(EpisodeOutcome(request, Status.INFRA_ERROR, float("nan"), 0, 0.0, 0.0, worker=index,
                                               error={"where": "fleet.worker", "message": str(exc)[-2000:]}))
         return results
 
@@ -314,11 +347,13 @@ class RayFleet:
         self._futures.clear()
 
 
-def make_fleet(spec: WorkerSpec, backend: str, workers: int = 1, worker_cpus: float = 1.0, max_restarts: int = 8):
+def make_fleet(spec: WorkerSpec, backend: str, workers: int = 1, worker_cpus: float = 1.0,
+               max_restarts: int = 8) -> Fleet:
     """A ``ray`` or ``local`` fleet."""
     if backend == "local":
         return LocalFleet(spec)
     return RayFleet(spec, workers, worker_cpus, max_restarts)
 
 
-__all__ = ["EpisodeOutcome", "EpisodeRequest", "LocalFleet", "RayFleet", "RolloutWorker", "WorkerSpec", "make_fleet"]
+__all__ = ["EpisodeOutcome", "EpisodeRequest", "Fleet", "LocalFleet", "RayFleet", "RolloutWorker", "WorkerSpec",
+           "make_fleet"]

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from repogym.trainer.algorithms.base import Algorithm
 from repogym.trainer.algorithms.common import Sample, collate, normalizer, token_logprobs
 
 
@@ -91,15 +92,15 @@ class Learner:
         self.optimizer = torch.optim.AdamW(params, lr=self.config.lr, weight_decay=self.config.weight_decay,
                                            betas=tuple(self.config.betas))
 
-    def train_step(self, samples: list[Sample], algorithm, epochs: int = 1) -> dict[str, float]:
-        """One optimiser step per epoch over ``samples`` with ``algorithm``'s loss; averaged metrics."""
+    def train_step(self, samples: list[Sample], algorithm: Algorithm) -> dict[str, float]:
+        """One optimiser step per epoch (``algorithm.epochs``) over ``samples`` with its loss; averaged metrics."""
         if not samples:
             raise ValueError("train_step got no samples")
-        mode = getattr(algorithm.config, "loss_agg", "token")
+        epochs = algorithm.epochs
         chunks = micro_batches(samples, self.config.micro_batch_size, self.config.max_tokens_per_micro_batch)
         batches = [collate(c, self.pad_id, self.device) for c in chunks]
-        denominator = normalizer([b.loss_mask for b in batches], mode)
-        needs_hidden = getattr(algorithm, "needs_hidden", False)
+        denominator = normalizer([b.loss_mask for b in batches], algorithm.loss_agg)
+        needs_hidden = algorithm.needs_hidden
         totals: dict[str, float] = {}
         for _ in range(epochs):
             self.optimizer.zero_grad(set_to_none=True)
@@ -107,17 +108,14 @@ class Learner:
             for batch in batches:
                 out = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                                  output_hidden_states=needs_hidden, use_cache=False)
-                kwargs: dict[str, Any] = {}
-                if needs_hidden:
-                    kwargs["hidden"] = out.hidden_states[-1]
                 ref = None
                 if self.reference is not None:
                     with torch.no_grad():
                         ref_logits = self.reference(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                                                     use_cache=False).logits
-                        ref = token_logprobs(ref_logits, batch.input_ids,
-                                             getattr(algorithm.config, "temperature", 1.0))
-                loss, metrics = algorithm.loss(out.logits, batch, denominator, ref, **kwargs)
+                        ref = token_logprobs(ref_logits, batch.input_ids, algorithm.temperature)
+                loss, metrics = algorithm.loss(out.logits, batch, denominator, ref,
+                                               hidden=out.hidden_states[-1] if needs_hidden else None)
                 loss.backward()
                 loss_sum += float(loss.detach())
                 for k, v in metrics.items():

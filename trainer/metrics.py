@@ -1,4 +1,5 @@
-"""Training metrics: one JSON line per step in ``metrics.jsonl``, TensorBoard scalars, a progress bar."""
+"""Training metrics: one JSON line per step in ``metrics.jsonl``, and TensorBoard scalars (the trainer draws the
+progress bar)."""
 
 from __future__ import annotations
 

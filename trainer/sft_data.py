@@ -13,6 +13,7 @@ from typing import Any
 from repogym.agents.hf import ChatFormat, DEFAULT_SYSTEM_PROMPT
 from repogym.agents.policy import Completion
 from repogym.agents.trajectory import TokenSequence, Trajectory, read_trajectory
+from repogym.envs.status import Status
 from repogym.envs.tools import tools_schema
 
 
@@ -42,7 +43,7 @@ def load_sft_sequences(pattern: str, tokenizer, options: dict[str, Any]) -> list
     out = []
     for path in sorted(glob.glob(pattern, recursive=True)):
         trajectory = read_trajectory(path)
-        if trajectory.status == "resolved":
+        if trajectory.status == Status.RESOLVED:
             seq = teacher_forced_tokens(trajectory, tokenizer, options)
             if seq is not None:
                 out.append(seq)

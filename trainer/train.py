@@ -30,7 +30,7 @@ from repogym.trainer.algorithms.common import Sample
 from repogym.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from repogym.trainer.config import TrainConfig, to_dict
 from repogym.trainer.curriculum import Curriculum
-from repogym.trainer.fleet import EpisodeOutcome, EpisodeRequest, WorkerSpec, make_fleet
+from repogym.trainer.fleet import EpisodeOutcome, EpisodeRequest, Fleet, WorkerSpec, make_fleet
 from repogym.trainer.metrics import MetricsLogger
 
 
@@ -63,15 +63,14 @@ class Trainer:
         self.algorithm = make_algorithm(config.algorithm.name, config.algorithm.options, self._hidden_size())
         if self.algorithm.name == "sft":
             raise ConfigError("algorithm sft is the warm start: set sft.steps and an RL algorithm (grpo, ppo)")
-        self.group_size = int(getattr(self.algorithm.config, "group_size", 1))
-        algo_temperature = float(getattr(self.algorithm.config, "temperature", 1.0))
-        if abs(algo_temperature - config.agent.temperature) > 1e-9:
+        self.group_size = self.algorithm.group_size
+        if abs(self.algorithm.temperature - config.agent.temperature) > 1e-9:
             # The learner's ratios compare against sampling logprobs: both must be at the same temperature.
-            raise ConfigError(f"algorithm.options.temperature ({algo_temperature}) must equal agent.temperature "
-                              f"({config.agent.temperature})")
+            raise ConfigError(f"algorithm.options.temperature ({self.algorithm.temperature}) must equal "
+                              f"agent.temperature ({config.agent.temperature})")
         self.learner = self._learner()
         self.step, self.version, self.next_group, self.sft_done = 0, 0, 0, False
-        self.fleet = None
+        self.fleet: Fleet | None = None
         self._groups: dict[int, dict[str, Any]] = {}
         self._ready: list[dict[str, Any]] = []
         self._eval: list[EpisodeOutcome] = []
@@ -97,8 +96,7 @@ class Trainer:
         from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
         from repogym.envs.tools import tools_schema
 
-        env = RepoTaskEnv(tasks=self.tasks, sandbox="local",
-                          config=EnvConfig(max_turns=self.config.env.max_turns))
+        env = RepoTaskEnv(tasks=self.tasks, sandbox="local", config=EnvConfig(max_turns=self.config.env.max_turns))
         oracle = OracleAgent(tasks=self.tasks, style="edit")
         texts = [self.config.agent.system_prompt or DEFAULT_SYSTEM_PROMPT, json.dumps(tools_schema())]
         for task in self.tasks:
@@ -119,14 +117,14 @@ class Trainer:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(self.model_path, local_files_only=True, dtype="float32")
         self.max_len = getattr(model.config, "max_position_embeddings", None)
-        extra = list(self.algorithm.parameters()) if hasattr(self.algorithm, "parameters") else []
+        extra = list(self.algorithm.parameters())
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         return Learner(model, self.config.learner, pad, extra, reference=bool(self.algorithm.needs_reference))
 
     def _spec(self, agent: str = "hf", agent_options: dict | None = None) -> WorkerSpec:
         c = self.config
         options = dataclasses.asdict(c.agent) if agent == "hf" else dict(agent_options or {})
-        return WorkerSpec(tasks=self.tasks, env=dataclasses.asdict(c.env), agent=agent, agent_options=options,
+        return WorkerSpec(tasks=self.tasks, env=c.env, agent=agent, agent_options=options,
                           model_path=self.model_path, engine_handles=self._engines() if agent == "hf" else [],
                           envs_per_worker=c.fleet.envs_per_worker,
                           trajectory_dir=str(self.run_dir / "trajectories") if c.fleet.save_trajectories else None,
@@ -167,7 +165,7 @@ class Trainer:
                 kwargs["num_cpus"] = r.num_cpus
             ray.init(**kwargs)
 
-    def _make_fleet(self, spec: WorkerSpec):
+    def _make_fleet(self, spec: WorkerSpec) -> Fleet:
         f = self.config.fleet
         return make_fleet(spec, f.backend, f.workers, f.worker_cpus, f.max_restarts)
 
@@ -303,12 +301,12 @@ class Trainer:
         if group is None:
             return
         group["outcomes"].append(outcome)
-        if not outcome.infra_error:
+        if not outcome.excluded:
             self.curriculum.update(outcome.request.task_id, outcome.resolved)
         if len(group["outcomes"]) < self.group_size:
             return
         del self._groups[outcome.request.group]
-        valid = [o for o in group["outcomes"] if not o.infra_error and o.tokens is not None]
+        valid = [o for o in group["outcomes"] if not o.excluded and o.tokens is not None]
         rewards = [o.reward for o in valid]
         stale = self._too_stale(valid)
         no_signal = len(valid) < 2 or max(rewards) - min(rewards) < 1e-9
@@ -385,8 +383,7 @@ class Trainer:
         learn_start = time.monotonic()
         if samples_by_group:
             batch = self.algorithm.prepare(samples_by_group)
-            metrics.update(self.learner.train_step(batch, self.algorithm, int(getattr(self.algorithm.config,
-                                                                                      "epochs", 1))))
+            metrics.update(self.learner.train_step(batch, self.algorithm))
             self.version += 1
             self._push_weights()
         else:
@@ -397,7 +394,7 @@ class Trainer:
         metrics["charts/step_s"] = time.monotonic() - start
         metrics["charts/policy_version"] = self.version
         metrics["charts/lr"] = self.learner.optimizer.param_groups[0]["lr"]
-        metrics["charts/worker_restarts"] = getattr(self.fleet, "restarts", 0)
+        metrics["charts/worker_restarts"] = self.fleet.restarts
         metrics.update(self.curriculum.metrics())
         if c.train.eval_every and (self.step % c.train.eval_every == 0 or self.step == c.train.steps):
             metrics.update(self.evaluate())
@@ -408,7 +405,7 @@ class Trainer:
 
     @staticmethod
     def _rollout_metrics(episodes: list[EpisodeOutcome], seconds: float) -> dict[str, Any]:
-        valid = [o for o in episodes if not o.infra_error]
+        valid = [o for o in episodes if not o.excluded]
         out: dict[str, Any] = {"rollout/episodes": len(episodes), "rollout/infra_errors": len(episodes) - len(valid),
                                "charts/episodes_per_min": 60.0 * len(episodes) / max(seconds, 1e-9)}
         if valid:
@@ -435,7 +432,7 @@ class Trainer:
         while len(self._eval) < want and self.fleet.in_flight:
             for outcome in self.fleet.wait(timeout=60):
                 self._receive(outcome)
-        valid = [o for o in self._eval if not o.infra_error]
+        valid = [o for o in self._eval if not o.excluded]
         out = {"eval/episodes": len(self._eval), "eval/infra_errors": len(self._eval) - len(valid)}
         if valid:
             out["eval/success_rate"] = sum(o.resolved for o in valid) / len(valid)

@@ -19,7 +19,7 @@ from collections import Counter, deque
 from collections.abc import Iterable
 from pathlib import Path
 
-from repogym.envs.analysis import extract as _extract
+import repogym.envs.analysis.extract as _extract
 from repogym.envs.analysis.extract import FileFacts, extract
 from repogym.envs.analysis.model import Reference, Symbol, SyntaxIssue, Unresolved
 from repogym.envs.analysis.resolve import Resolver

@@ -1,13 +1,18 @@
-"""Evaluation: pristine-sandbox grading, the tamper filter, statuses and the reward of an episode."""
+"""Evaluation: pristine-sandbox grading, the tamper filter, task validation and the reward of an episode.
 
-from repogym.envs.rewards.evaluate import INFRA_ERROR, PATCH_FAILED, RESOLVED, UNRESOLVED, EvalRecord, grade
+The outcome of a grading is a :class:`repogym.envs.status.Status`; the facts reward components read live in
+:mod:`repogym.envs.rewards.facts`.
+"""
+
+from repogym.envs.rewards.evaluate import EvalRecord, grade
 from repogym.envs.sandbox.testrun import run_tests
+from repogym.envs.status import Status
 
-__all__ = ["EvalRecord", "grade", "run_tests", "RESOLVED", "UNRESOLVED", "PATCH_FAILED", "INFRA_ERROR"]
+__all__ = ["EvalRecord", "grade", "reward_of", "run_tests"]
 
 
 def reward_of(record: EvalRecord) -> float:
     """1.0 resolved, 0.0 otherwise; NaN for ``infra_error`` so it can never be averaged in as a silent 0."""
-    if record.status == INFRA_ERROR:
+    if record.status == Status.INFRA_ERROR:
         return float("nan")
     return 1.0 if record.resolved else 0.0

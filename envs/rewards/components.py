@@ -15,7 +15,8 @@ Components (values before weighting):
 - ``steps`` (a cost): minus the number of turns; give it a small weight (e.g. 0.01 per turn).
 
 ``infra_error`` episodes get no components at all and a NaN reward: they are flagged for exclusion.
-Register your own with :func:`register_component`.
+Register your own with :func:`register_component`, and named weightings with :func:`register_preset`. The
+facts components read come from :mod:`repogym.envs.rewards.facts`.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from repogym.envs.errors import ConfigError
 from repogym.envs.registry import Registry
-from repogym.envs.rewards.evaluate import INFRA_ERROR, EvalRecord
+from repogym.envs.rewards.evaluate import EvalRecord
+from repogym.envs.status import Status
 
 
 @dataclass
@@ -34,14 +35,19 @@ class EpisodeFacts:
     """What reward components may read about a finished episode."""
 
     eval: EvalRecord
+    """The grading of the final diff."""
     turns: int
+    """Steps taken (malformed calls and the submit included)."""
     well_formed: int
+    """Of those, the calls that parsed and named a known tool with valid arguments."""
     analysis: dict[str, Any] | None = None
     """``DiffAnalysis.to_dict()`` of the final diff, when the analysis ran."""
     tests_after_last_edit: dict[str, str] = field(default_factory=dict)
     """Outcome of every test the agent ran after its last change to the repository."""
     changed_anything: bool = False
+    """Whether the final diff is non-empty."""
     ran_tests_after_last_edit: bool = False
+    """Whether the agent called ``run_tests`` (and it ran) after its last change."""
     pass_to_pass: list[str] = field(default_factory=list)
     """The task's PASS_TO_PASS ids."""
 
@@ -106,6 +112,24 @@ for _name, _fn in {"tests": _tests, "dependents_checked": _dependents_checked, "
     register_component(_name, _fn)
 
 
+PRESETS: Registry[dict[str, float]] = Registry("reward preset", {
+    "default": {"tests": 1.0},
+    # The design's process reward: correctness first, a bonus for checking what the change might break,
+    # and a small one for well-formed calls.
+    "process": {"tests": 1.0, "dependents_checked": 0.3, "format": 0.1},
+    # Correctness plus a bonus for well-formed calls: an episode that fixes the bug and then writes
+    # malformed calls until the turn limit (it is graded all the same) earns less than a clean one, so RL
+    # does not reinforce the malformed text.
+    "shaped": {"tests": 1.0, "format": 0.2},
+})
+"""Named weightings (component name -> weight) that ``EnvConfig(reward=<name>)`` accepts."""
+
+
+def register_preset(name: str, weights: dict[str, float]) -> None:
+    """Make ``weights`` available to ``RewardConfig.preset`` and ``EnvConfig(reward=...)`` as ``name``."""
+    PRESETS.register(name, dict(weights))
+
+
 @dataclass
 class RewardConfig:
     """Which components count, with what weight and options."""
@@ -120,32 +144,19 @@ class RewardConfig:
             component(name)  # fail early on a typo
 
     @classmethod
-    def preset(cls, name: str) -> "RewardConfig":
-        """A documented preset: ``default`` (tests only) or ``process``."""
-        if name not in PRESETS:
-            raise ConfigError(f"unknown reward preset {name!r}: expected one of {sorted(PRESETS)}")
-        return cls(weights=dict(PRESETS[name]))
+    def preset(cls, name: str) -> RewardConfig:
+        """A named preset of :data:`PRESETS` (``default``: tests only; ``process``; ``shaped``); a miss lists
+        the valid names."""
+        return cls(weights=dict(PRESETS.resolve(name)))
 
     @property
     def needs_analysis(self) -> bool:
         return bool({"dependents_checked", "dependents_broken", "syntax"} & set(self.weights))
 
 
-PRESETS: dict[str, dict[str, float]] = {
-    "default": {"tests": 1.0},
-    # The design's process reward: correctness first, a bonus for checking what the change might break,
-    # and a small one for well-formed calls.
-    "process": {"tests": 1.0, "dependents_checked": 0.3, "format": 0.1},
-    # Correctness plus a bonus for well-formed calls: an episode that fixes the bug and then writes
-    # malformed calls until the turn limit (it is graded all the same) earns less than a clean one, so RL
-    # does not reinforce the malformed text.
-    "shaped": {"tests": 1.0, "format": 0.2},
-}
-
-
 def compute_reward(config: RewardConfig, facts: EpisodeFacts) -> tuple[float, dict[str, float] | None]:
     """``(total, {component: value})``; ``(nan, None)`` for infrastructure errors."""
-    if facts.eval.status == INFRA_ERROR:
+    if facts.eval.status == Status.INFRA_ERROR:
         return math.nan, None
     values = {name: float(component(name)(facts, **config.options.get(name, {}))) for name in config.weights}
     return sum(config.weights[n] * v for n, v in values.items()), values

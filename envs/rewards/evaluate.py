@@ -36,11 +36,10 @@ from repogym.envs.rewards.guards import check_run, harness_reach, tripped
 from repogym.envs.rewards.tamper import CONFIG_WITH_PYTEST_SECTION, filter_patch, is_tamper_path, pytest_section
 from repogym.envs.sandbox.base import Sandbox
 from repogym.envs.sandbox.testrun import run_test_command
+from repogym.envs.status import Status
 from repogym.envs.tasks.patches import touched_paths
 from repogym.envs.tasks.repos import snapshot
 from repogym.envs.tasks.schema import Task
-
-RESOLVED, UNRESOLVED, PATCH_FAILED, INFRA_ERROR = "resolved", "unresolved", "patch_failed", "infra_error"
 
 
 @dataclass
@@ -48,8 +47,9 @@ class EvalRecord:
     """The outcome of grading one patch."""
 
     instance_id: str
-    status: str
-    """``resolved | unresolved | patch_failed | infra_error``."""
+    status: Status
+    """``resolved``, ``unresolved``, ``patch_failed`` or ``infra_error`` (a plain string is taken as its
+    :class:`Status`)."""
     tests: dict[str, str] = field(default_factory=dict)
     """Outcome of every FAIL_TO_PASS and PASS_TO_PASS test (``missing`` when the report lacks it)."""
     fail_to_pass: dict[str, int] = field(default_factory=dict)
@@ -69,9 +69,15 @@ class EvalRecord:
     duration_s: float = 0.0
     log_tail: str = ""
 
+    def __post_init__(self):
+        try:
+            self.status = Status(self.status)
+        except ValueError:
+            raise ValueError(f"expected a status in {[s.value for s in Status]}, got {self.status!r}") from None
+
     @property
     def resolved(self) -> bool:
-        return self.status == RESOLVED
+        return self.status is Status.RESOLVED
 
     @property
     def f2p_fraction(self) -> float:
@@ -132,17 +138,19 @@ def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeou
         except Exception as exc:  # the sandbox was healthy; whatever broke now, the patch broke it
             where = getattr(exc, "where", "rewards.grade")  # typed errors (InfraError, SandboxKilledByAgent) say where
             message = getattr(exc, "message", f"{type(exc).__name__}: {exc}")
-            record = _record(task, UNRESOLVED, dropped, {}, {"where": where, "message": message})
+            record = _record(task, Status.UNRESOLVED, dropped, {}, {"where": where, "message": message})
         finally:
             sandbox.close()
         record.attempts, record.duration_s, record.harness_reach = attempt, time.monotonic() - start, reach
         return record
-    return EvalRecord(task.instance_id, INFRA_ERROR, dropped=dropped, error={"where": last.where, "message": last.message},
+    return EvalRecord(task.instance_id, Status.INFRA_ERROR, dropped=dropped,
+                      error={"where": last.where, "message": last.message},
                       attempts=retries + 1, duration_s=time.monotonic() - start, harness_reach=reach)
 
 
-def _record(task: Task, status: str, dropped: list[str], outcomes: dict[str, str], error: dict[str, str] | None = None,
-            log: str = "", guards: dict[str, str] | None = None, canaries: list | None = None) -> EvalRecord:
+def _record(task: Task, status: Status, dropped: list[str], outcomes: dict[str, str],
+            error: dict[str, str] | None = None, log: str = "", guards: dict[str, str] | None = None,
+            canaries: list | None = None) -> EvalRecord:
     """The evaluation record of ``outcomes``: a graded test absent from them is ``missing``."""
     wanted = list(dict.fromkeys(task.FAIL_TO_PASS + task.PASS_TO_PASS))
     tests = {tid: outcomes.get(tid, "missing") for tid in wanted}
@@ -159,14 +167,14 @@ def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, tim
         applied = sandbox.run("git apply --whitespace=nowarn .repogym-agent.patch && rm .repogym-agent.patch",
                               timeout=120)
         if not applied.ok:
-            return EvalRecord(task.instance_id, PATCH_FAILED, dropped=dropped,
+            return EvalRecord(task.instance_id, Status.PATCH_FAILED, dropped=dropped,
                               error={"where": "rewards.apply_patch", "message": applied.stderr.strip()[-2000:]})
         _revert_tampering(task, sandbox, dropped)
     if task.test_patch.strip():
         sandbox.write_file(".repogym-test.patch", task.test_patch.encode())
         added = sandbox.run("git apply --whitespace=nowarn .repogym-test.patch && rm .repogym-test.patch", timeout=120)
         if not added.ok:
-            return _record(task, UNRESOLVED, dropped, {}, {"where": "rewards.test_patch", "message":
+            return _record(task, Status.UNRESOLVED, dropped, {}, {"where": "rewards.test_patch", "message":
                                f"the task's test_patch does not apply: {added.stderr.strip()[-800:]}"})
     wanted = list(dict.fromkeys(task.FAIL_TO_PASS + task.PASS_TO_PASS))
     canaries, canary_files = plant_canaries(sandbox, task.FAIL_TO_PASS)
@@ -183,10 +191,10 @@ def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, tim
         name, why = next(iter(tripped(guards).items()))
         error = {"where": f"rewards.guard.{name}", "message": why}
     elif wanted and all(outcomes.get(tid) == "passed" for tid in wanted):
-        return _record(task, RESOLVED, dropped, outcomes, log=log, guards=guards, canaries=canaries)
+        return _record(task, Status.RESOLVED, dropped, outcomes, log=log, guards=guards, canaries=canaries)
     elif missing:
         error = {"where": "rewards.report", "message": f"{missing} of {len(wanted)} graded tests have no result"}
-    return _record(task, UNRESOLVED, dropped, outcomes, error, log, guards=guards, canaries=canaries)
+    return _record(task, Status.UNRESOLVED, dropped, outcomes, error, log, guards=guards, canaries=canaries)
 
 
 def _revert_tampering(task: Task, sandbox: Sandbox, dropped: list[str]) -> None:

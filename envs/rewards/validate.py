@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from repogym.envs.errors import InfraError
-from repogym.envs.rewards.evaluate import INFRA_ERROR, RESOLVED, grade
+from repogym.envs.rewards.evaluate import grade
 from repogym.envs.rewards.leaks import find_leaks
 from repogym.envs.sandbox.base import Sandbox
+from repogym.envs.status import Status
 from repogym.envs.tasks.schema import Task
 
 BASELINE_RUNS = 3
@@ -68,7 +69,7 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
     gold = grade(task, task.patch, make_sandbox)
     baselines = [grade(task, "", make_sandbox) for _ in range(runs)]
     for label, record in [("gold", gold)] + [(f"baseline {i + 1}", r) for i, r in enumerate(baselines)]:
-        if record.status == INFRA_ERROR:
+        if record.status == Status.INFRA_ERROR:
             result.infra_errors.append(f"{label}: {record.error['where']}: {record.error['message']}")
     if leaks:
         try:
@@ -80,7 +81,7 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
         result.reasons.append("infra_error")
         result.duration_s = time.monotonic() - start
         return result
-    if gold.status != RESOLVED:
+    if not gold.resolved:
         failing = [t for t, o in gold.tests.items() if o != "passed"]
         result.fail("gold_unresolved", f"gold patch is {gold.status}: not passing {failing[:10]}"
                     + (f" ({gold.error['message'][:300]})" if gold.error else ""))

@@ -10,8 +10,9 @@ import importlib
 import sys
 from typing import Any
 
+from repogym.envs.errors import SandboxRequestError
 from repogym.envs.registry import Registry
-from repogym.envs.sandbox.base import CommandResult, Sandbox, SandboxConfig, SandboxRequestError
+from repogym.envs.sandbox.base import CommandResult, Sandbox, SandboxConfig
 
 BACKENDS: Registry[type] = Registry("sandbox backend", {
     "docker": "repogym.envs.sandbox.docker:DockerSandbox",

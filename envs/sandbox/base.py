@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from repogym.envs.errors import SandboxError, SandboxKilledByAgent
+from repogym.envs.errors import RunnerExited, RunnerTimeout, SandboxError, SandboxKilledByAgent, SandboxRequestError
 from repogym.envs.tasks.repos import RepoSnapshot
 
 INSIDE_DIR = Path(__file__).resolve().parent / "inside"
@@ -228,14 +228,3 @@ class RunnerClient:
     def __exit__(self, *exc):
         self.close()
 
-
-class RunnerExited(SandboxError):
-    """The runner's output stream ended: it exited or was killed."""
-
-
-class RunnerTimeout(SandboxError):
-    """The runner did not answer in time (frozen from outside, or starved by what runs inside)."""
-
-
-class SandboxRequestError(RuntimeError):
-    """The runner refused a request (bad path, git failure); the sandbox itself is fine."""

@@ -17,34 +17,20 @@ failed a request is marked dirty, and its owner replaces it with a fresh contain
 
 from __future__ import annotations
 
-import functools
 import select
 import socket
 import struct
 import time
 import uuid
 
-from repogym.envs.errors import SandboxError, SandboxUnavailable
-from repogym.envs.sandbox.base import REPO_DIR, WRITABLE, RunnerClient, RunnerExited, RunnerTimeout, SandboxConfig
+from repogym.envs.errors import RunnerExited, RunnerTimeout, SandboxError, SandboxUnavailable
+from repogym.envs.sandbox.base import REPO_DIR, WRITABLE, RunnerClient, SandboxConfig
+from repogym.envs.sandbox.docker_client import docker_client
+from repogym.envs.sandbox.images import ensure_env_image
 from repogym.envs.sandbox.owner import owner_labels
 
 LABEL = "repogym"
 AGENT_UID = 1000  # the image's `agent` user; owns the tmpfs folders
-
-
-@functools.lru_cache(maxsize=1)
-def docker_client():
-    """A docker SDK client, or :class:`SandboxUnavailable` saying why not."""
-    try:
-        import docker
-    except ImportError:
-        raise SandboxUnavailable("sandbox.docker", "the docker SDK is not installed: pip install docker") from None
-    try:
-        client = docker.from_env(timeout=120)
-        client.ping()
-    except Exception as exc:  # DockerException, connection refused, permission denied
-        raise SandboxUnavailable("sandbox.docker", f"no Docker daemon answers: {exc}") from None
-    return client
 
 
 def available() -> str | None:
@@ -65,7 +51,6 @@ class DockerSandbox(RunnerClient):
 
     def __init__(self, config: SandboxConfig | None = None, image: str | None = None):
         super().__init__(config)
-        from repogym.envs.sandbox.images import ensure_env_image
         self.client = docker_client()
         self.image = image or self.config.image or ensure_env_image({})
         self.name = f"repogym-{self.config.run_id}-{uuid.uuid4().hex[:8]}"

@@ -35,7 +35,8 @@ from typing import Callable, Literal
 
 from repogym.envs.errors import ConfigError
 from repogym.envs.sandbox import cgroups
-from repogym.envs.sandbox.docker import LABEL, docker_client
+from repogym.envs.sandbox.docker import LABEL
+from repogym.envs.sandbox.docker_client import docker_client
 from repogym.envs.sandbox.owner import (HEARTBEAT_INTERVAL_S, MARKER_NAME, OWNER_LABEL, heartbeat_dir, owner_status,
                                 read_owner_marker)
 

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from repogym.envs.errors import ConfigError, SandboxError
 from repogym.envs.sandbox.base import INSIDE_DIR
+from repogym.envs.sandbox.docker_client import docker_client
 
 BASE_IMAGE = "repogym/base:bookworm"
 PULL_IMAGE = ("python", "3.11-slim-bookworm")
@@ -29,15 +30,10 @@ DEBIAN_PACKAGES = ["python3", "python3-pytest", "python3-pip", "git", "procps", 
 ENV_REPO = "repogym/env"
 
 
-def _client():
-    from repogym.envs.sandbox.docker import docker_client
-    return docker_client()
-
-
 def base_image_exists(client=None) -> bool:
     """Whether the base image is present."""
     import docker
-    client = client or _client()
+    client = client or docker_client()
     try:
         client.images.get(BASE_IMAGE)
         return True
@@ -47,7 +43,7 @@ def base_image_exists(client=None) -> bool:
 
 def build_base_image(*, force: bool = False, pull: bool = True, log: Callable[[str], Any] = print) -> str:
     """Make ``repogym/base:bookworm``: pull an official python image where a registry answers, else debootstrap."""
-    client = _client()
+    client = docker_client()
     if not force and base_image_exists(client):
         log(f"{BASE_IMAGE} already present")
         return BASE_IMAGE
@@ -124,14 +120,14 @@ def env_image_tag(setup: dict[str, Any], base_id: str) -> str:
 
 def docker_image_tag_for(setup: dict[str, Any]) -> str:
     """The environment image tag ``setup`` maps to, given the current base image."""
-    return env_image_tag(setup, _client().images.get(BASE_IMAGE).id)
+    return env_image_tag(setup, docker_client().images.get(BASE_IMAGE).id)
 
 
 def ensure_env_image(setup: dict[str, Any] | None = None, *, log: Callable[[str], Any] = lambda m: None) -> str:
     """The environment image for ``setup``, built on first use."""
     import docker
     setup = setup or {}
-    client = _client()
+    client = docker_client()
     try:
         base = client.images.get(BASE_IMAGE)
     except docker.errors.ImageNotFound:

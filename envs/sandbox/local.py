@@ -35,11 +35,11 @@ import time
 import uuid
 from pathlib import Path
 
-from repogym.envs.errors import SandboxError, SandboxUnavailable
-from repogym.envs.sandbox.base import INSIDE_DIR, REPO_DIR, WRITABLE, RunnerClient, RunnerExited, RunnerTimeout, SandboxConfig
+from repogym.envs.errors import RunnerExited, RunnerTimeout, SandboxError, SandboxUnavailable
+from repogym.envs.sandbox.base import INSIDE_DIR, REPO_DIR, WRITABLE, RunnerClient, SandboxConfig
 from repogym.envs.sandbox.cgroups import Cgroup, parse_bytes
 from repogym.envs.sandbox.local_launch import HOST_UID
-from repogym.envs.tasks.repos import cache_dir
+from repogym.envs.tasks.cache import cache_dir
 from repogym.envs.tasks.suites import task_repos_dir
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

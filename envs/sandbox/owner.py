@@ -19,6 +19,8 @@ import threading
 import time
 from pathlib import Path
 
+from repogym.envs.tasks.cache import cache_dir
+
 OWNER_LABEL = "repogym.owner"
 MARKER_NAME = ".repogym-owner"
 HEARTBEAT_INTERVAL_S = 10.0
@@ -62,7 +64,6 @@ def heartbeat_dir() -> Path:
     override = os.environ.get(HEARTBEAT_DIR_ENV)
     if override:
         return Path(override)
-    from repogym.envs.tasks.repos import cache_dir
     return cache_dir() / "heartbeats"
 
 

@@ -35,7 +35,7 @@ import shlex
 import uuid
 from dataclasses import dataclass, field
 
-from repogym.envs.errors import InfraError
+from repogym.envs.errors import InfraError, TestRunTimeout
 from repogym.envs.sandbox.base import Sandbox
 
 # Optional VAR=value assignments, then the pytest entry point, then the rest of the command.
@@ -45,12 +45,6 @@ _SHELL_PUNCTUATION = set("();<>|&")
 SUMMARY = re.compile(r"^=*\s*((?:\d+ \w+,? )*\d+ \w+|no tests ran) in [\d.]+s\b")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
-
-
-class TestRunTimeout(InfraError):
-    """The test run passed its time limit (the harness's timeout, not the sandbox's failure)."""
-
-    __test__ = False  # not a pytest test class
 
 
 @dataclass

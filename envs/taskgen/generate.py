@@ -27,23 +27,23 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from repogym.envs.errors import ConfigError
-from repogym.envs.sandbox import SandboxConfig, default_backend, sandbox_factory
-from repogym.envs.sandbox.testrun import TestRunTimeout, run_tests
-from repogym.envs.tasks.repos import fixed_git, snapshot_of
+from repogym.envs.errors import ConfigError, MutantTimeout, MutationNotLongHorizon, SourceNotUsable, TestRunTimeout
+from repogym.envs.sandbox import Sandbox, SandboxConfig, default_backend, sandbox_factory
+from repogym.envs.sandbox.testrun import run_tests
+from repogym.envs.tasks.fixed_git import fixed_git
+from repogym.envs.tasks.repos import snapshot_of
 from repogym.envs.tasks.schema import Task
 from repogym.envs.taskgen import horizon
 from repogym.envs.taskgen.layout import Layout, detect_layout
 from repogym.envs.taskgen.sources import SourceRepo, git, materialize
 
+if TYPE_CHECKING:
+    from repogym.envs.analysis import RepoIndex
+
 
 HORIZONS = ("any", "long")
-
-
-class SourceNotUsable(ConfigError):
-    """The project's tests do not run (no tests, a missing dependency, a collection error); says why."""
 
 
 @dataclass
@@ -100,12 +100,6 @@ class GenerateConfig:
             raise ConfigError(f"validate_runs: expected an integer >= 1, got {self.validate_runs!r}")
 
 
-@dataclass
-class Candidate:
-    mutations: list  # list[Mutation]
-    covering: set[str]
-
-
 def generate(source: str, config: GenerateConfig | None = None,
              progress: Callable[[str, int, int, dict[str, int]], None] | None = None) -> tuple[list[Task], dict]:
     """Generate tasks from ``source``; returns ``(tasks, stats)``.
@@ -160,6 +154,7 @@ def generate(source: str, config: GenerateConfig | None = None,
                 # No statically known test (say, reached through a star import): every passing test is a
                 # candidate, so the quick run is the whole suite.
                 covering[mutation.function] = reached or set(passing)
+        context = _AttemptContext(repo, layout, setup, sandbox, sources, passing, covering, index, config, mutant_timeout)
         order = sample_mutations(all_mutations, config.max_candidates, config.seed)
         stats["candidates"] = len(order)
         tasks: list[Task] = []
@@ -177,12 +172,11 @@ def generate(source: str, config: GenerateConfig | None = None,
                 continue  # one task per function set keeps the suite varied
             stats["tried"] += 1
             try:
-                task = _try(repo, layout, setup, sandbox, mutations, sources, passing, covering, index, config,
-                            mutant_timeout)
+                task = _try(context, mutations)
             except MutantTimeout:
                 stats["timeouts"] += 1
                 continue
-            except NotLongHorizon:
+            except MutationNotLongHorizon:
                 stats["not_long"] += 1
                 continue
             if task is None:
@@ -258,16 +252,37 @@ def _partner(first, order, index):
     return None
 
 
-class MutantTimeout(Exception):
-    """A mutant's tests ran past their time: the mutation is dropped."""
+@dataclass
+class _AttemptContext:
+    """What every mutation tried in one :func:`generate` run shares: the pristine project and its baseline."""
+
+    repo: SourceRepo
+    layout: Layout
+    setup: dict
+    """The tasks' ``setup`` (source, pip)."""
+    sandbox: Sandbox
+    """Loaded with the pristine project; reset after each attempt."""
+    sources: dict[str, bytes]
+    """Pristine text of each file that may be mutated."""
+    passing: set[str]
+    """Tests passing in every baseline run."""
+    covering: dict[str, set[str]]
+    """Function -> the passing tests that reach it (the quick run's tests)."""
+    index: RepoIndex
+    """The pristine project's code index."""
+    config: GenerateConfig
+    timeout: float
+    """Seconds a mutant's test run may take."""
 
 
-class NotLongHorizon(Exception):
-    """In long-horizon mode, the mutation is caught by a test too close to it: the mutation is dropped."""
+def _try(context: _AttemptContext, mutations) -> Task | None:
+    """The task ``mutations`` make, or ``None`` when they do not apply, parse, or break a passing test.
 
-
-def _try(repo: SourceRepo, layout, setup, sandbox, mutations, sources, passing, covering, index, config, timeout):
+    Raises :class:`MutantTimeout` or :class:`MutationNotLongHorizon` when the mutation is dropped for that."""
     from repogym.envs.taskgen.mutations import combine, parses_cleanly
+    repo, layout, setup, sandbox = context.repo, context.layout, context.setup, context.sandbox
+    sources, passing, covering, index = context.sources, context.passing, context.covering, context.index
+    config, timeout = context.config, context.timeout
     try:
         mutated = combine({m.file: sources[m.file] for m in mutations}, mutations)
     except ValueError:
@@ -294,7 +309,7 @@ def _try(repo: SourceRepo, layout, setup, sandbox, mutations, sources, passing, 
         if config.horizon == "long":
             verdict = horizon.judge(index, repo.path, mutations, f2p, config.long_min_distance, _is_test_file)
             if not verdict.long:
-                raise NotLongHorizon(verdict.reason)
+                raise MutationNotLongHorizon(verdict.reason)
         statement = problem_statement(sandbox, layout, f2p, timeout)
     finally:
         sandbox.reset()

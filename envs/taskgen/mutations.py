@@ -19,13 +19,12 @@ import random
 import re
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import Callable, Iterator
 
 from tree_sitter import Node, Query, QueryCursor
 
 from repogym.envs.analysis.extract import PY_LANGUAGE, STORE_PATTERNS, module_name, parse_source
-
-OPERATORS = ("flip_comparison", "off_by_one", "swap_bool_op", "negate_condition", "change_constant",
-             "drop_statement", "drop_early_return", "swap_arguments", "return_wrong_variable")
+from repogym.envs.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -339,8 +338,9 @@ def _return_wrong_variable(f: _File, node: Node):
         yield values[0].start_byte, values[0].end_byte, other, f"return `{other}` instead of `{returned}`"
 
 
-# operator -> (capture names it reads, generator)
-_OPERATOR_TABLE = {
+Operator = tuple[tuple[str, ...], Callable[[_File, Node], Iterator[tuple[int, int, str, str]]]]
+
+OPERATORS: Registry[Operator] = Registry("mutation operator", {
     "flip_comparison": (("comparison",), _flip_comparison),
     "off_by_one": (("integer", "binary"), _off_by_one),
     "swap_bool_op": (("boolean",), _swap_bool_op),
@@ -350,7 +350,9 @@ _OPERATOR_TABLE = {
     "drop_early_return": (("if",), _drop_early_return),
     "swap_arguments": (("arguments",), _swap_arguments),
     "return_wrong_variable": (("return",), _return_wrong_variable),
-}
+})
+"""Operator name -> (the query captures it reads, its generator of ``(start, end, replacement, description)``).
+Registration order ranks operators whose candidates share a span in :func:`find_mutations`."""
 
 
 def _normalised(text: str) -> str:
@@ -359,9 +361,7 @@ def _normalised(text: str) -> str:
 
 def find_mutations(path: str, source: bytes, operators=OPERATORS) -> list[Mutation]:
     """Every candidate mutation of ``operators`` inside the function bodies of ``path``, in source order."""
-    unknown = [op for op in operators if op not in _OPERATOR_TABLE]
-    if unknown:
-        raise ValueError(f"expected operators from {OPERATORS}, got {unknown}")
+    chosen = {op: OPERATORS.resolve(op) for op in operators}  # a miss is a ConfigError naming every operator
     tree = parse_source(source)
     if tree.root_node.has_error:
         return []  # every mutation would fail the parse filter, and the file is no good base for a task
@@ -375,9 +375,9 @@ def find_mutations(path: str, source: bytes, operators=OPERATORS) -> list[Mutati
     found: list[tuple[tuple, Mutation]] = []
     seen: set[tuple] = set()
     for rank, operator in enumerate(OPERATORS):
-        if operator not in operators:
+        if operator not in chosen:
             continue
-        names, generate = _OPERATOR_TABLE[operator]
+        names, generate = chosen[operator]
         for name in names:
             for node in captures.get(name, ()):
                 definition = f.owner(node)

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Callable
 
 from repogym.envs.errors import ConfigError
-from repogym.envs.tasks.repos import cache_dir
+from repogym.envs.registry import Registry
+from repogym.envs.tasks.cache import cache_dir
 from repogym.envs.tasks.schema import save_tasks
 from repogym.envs.tasks.suites import task_repos_dir
 from repogym.envs.taskgen.generate import GenerateConfig, generate
@@ -36,16 +37,14 @@ def built_suites_dir() -> Path:
 
 def load_recipe(name: str) -> tuple[str, GenerateConfig]:
     """``(source, config)`` of a recipe; a miss lists the recipes."""
-    recipes = list_recipes()
-    if name not in recipes:
-        raise ConfigError(f"unknown recipe {name!r}: expected one of {sorted(recipes)}")
-    data = json.loads(recipes[name].read_text())
+    path = Registry("recipe", list_recipes()).resolve(name)
+    data = json.loads(path.read_text())
     if "source" not in data:
-        raise ConfigError(f"{recipes[name]}: missing field 'source'")
+        raise ConfigError(f"{path}: missing field 'source'")
     allowed = {f.name for f in fields(GenerateConfig)} - {"rewrite_problem", "sandbox"}
     unknown = set(data) - allowed - {"source", "description"}
     if unknown:
-        raise ConfigError(f"{recipes[name]}: unknown field(s) {sorted(unknown)}; valid: {sorted(allowed)}")
+        raise ConfigError(f"{path}: unknown field(s) {sorted(unknown)}; valid: {sorted(allowed)}")
     return data["source"], GenerateConfig(**{k: v for k, v in data.items() if k in allowed})
 
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repogym.envs.errors import ConfigError
-from repogym.envs.tasks.repos import cache_dir, fixed_git
+from repogym.envs.tasks.cache import cache_dir
+from repogym.envs.tasks.fixed_git import fixed_git
 
 _PYPI = re.compile(r"^pypi:([A-Za-z0-9_.\-]+)==([A-Za-z0-9_.\-+!]+)$")
 _IGNORE = shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".pytest_cache", "*.egg-info", ".tox", ".venv")

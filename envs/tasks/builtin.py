@@ -26,7 +26,8 @@ import uuid
 from pathlib import Path
 
 from repogym.envs.errors import ConfigError, InfraError
-from repogym.envs.tasks.repos import cache_dir, fixed_git
+from repogym.envs.tasks.cache import cache_dir
+from repogym.envs.tasks.fixed_git import fixed_git
 from repogym.envs.tasks.schema import DEFAULT_TEST_COMMAND, Task
 from repogym.envs.tasks.suites import task_repos_dir
 

@@ -8,39 +8,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.registry import Registry
+from repogym.envs.tasks.cache import cache_dir
 from repogym.envs.tasks.schema import Task
-
-
-# Fixed identity and dates: repositories repogym builds get the same commit ids on every machine.
-FIXED_GIT_ENV = {
-    "GIT_AUTHOR_NAME": "repogym", "GIT_AUTHOR_EMAIL": "tasks@repogym.invalid",
-    "GIT_COMMITTER_NAME": "repogym", "GIT_COMMITTER_EMAIL": "tasks@repogym.invalid",
-    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000",
-    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
-}
-
-
-def fixed_git(repo: Path | str, *args: str, input: bytes | None = None, where: str = "tasks.repos",
-              env: dict[str, str] | None = None) -> str:
-    """Run git in ``repo`` with :data:`FIXED_GIT_ENV`; :class:`InfraError` (naming ``where``) with git's message."""
-    proc = subprocess.run(["git", "-C", str(repo), *args], input=input, capture_output=True,
-                          env={**os.environ, **FIXED_GIT_ENV, **(env or {})})
-    if proc.returncode != 0:
-        raise InfraError(where, f"git {' '.join(args[:3])} failed: {proc.stderr.decode(errors='replace').strip()}")
-    return proc.stdout.decode(errors="replace")
-
-
-def cache_dir() -> Path:
-    """repogym's cache (``REPOGYM_CACHE``, default ``~/.cache/repogym``)."""
-    path = Path(os.environ.get("REPOGYM_CACHE") or Path.home() / ".cache" / "repogym")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 @dataclass(frozen=True)
@@ -69,21 +45,27 @@ def repo_path(task: Task) -> Path:
     return _resolve(task_source(task))
 
 
+def _clone(url: str) -> Path:
+    """A no-checkout clone of ``url`` in the cache (made once)."""
+    target = cache_dir() / "clones" / hashlib.sha256(url.encode()).hexdigest()[:16]
+    if not target.exists():
+        import git  # GitPython
+        git.Repo.clone_from(url, target, no_checkout=True)
+    return target
+
+
+SOURCE_KINDS: Registry[Callable[[str], Path]] = Registry("task source kind", {
+    "builtin": "repogym.envs.tasks.builtin:build_repo",
+    "path": Path,
+    "git": _clone,
+}, error=lambda message: ConfigError(f"{message} (a source is builtin:NAME, path:DIR or git:URL)"))
+"""``KIND`` of a ``KIND:WHERE`` source -> the function making ``WHERE`` a local git repository."""
+
+
 @functools.lru_cache(maxsize=None)
 def _resolve(source: str) -> Path:
     kind, _, where = source.partition(":")
-    if kind == "builtin":
-        from repogym.envs.tasks.builtin import build_repo
-        return build_repo(where)
-    if kind == "path":
-        return Path(where)
-    if kind == "git":
-        target = cache_dir() / "clones" / hashlib.sha256(where.encode()).hexdigest()[:16]
-        if not target.exists():
-            import git  # GitPython
-            git.Repo.clone_from(where, target, no_checkout=True)
-        return target
-    raise ConfigError(f"unknown source {source!r}: expected builtin:NAME, path:DIR or git:URL")
+    return SOURCE_KINDS.resolve(kind)(where)
 
 
 def snapshot(task: Task) -> RepoSnapshot:

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 from repogym.envs.errors import ConfigError
+from repogym.envs.registry import Registry
+from repogym.envs.tasks.cache import cache_dir
 from repogym.envs.tasks.schema import Task, load_tasks
 
 _REGISTERED: dict[str, Path] = {}
@@ -26,7 +28,6 @@ def list_suites() -> dict[str, Path]:
     """Every suite name known: registered ones and each ``task_repos/*.jsonl``."""
     found = {p.stem: p for p in sorted(task_repos_dir().glob("*.jsonl"))}
     # Suites generated from recipes (`repogym tasks build NAME`) live in the cache.
-    from repogym.envs.tasks.repos import cache_dir
     found.update({p.stem: p for p in sorted((cache_dir() / "suites").glob("*.jsonl")) if p.stem not in found})
     found.update(_REGISTERED)
     return found
@@ -34,12 +35,10 @@ def list_suites() -> dict[str, Path]:
 
 def suite_path(name_or_path: str) -> Path:
     """The file behind a suite name, or the path itself when it is a file."""
-    suites = list_suites()
-    if name_or_path in suites:
-        return suites[name_or_path]
-    if Path(name_or_path).is_file():
+    suites = Registry("suite", list_suites(), error=lambda message: ConfigError(f"{message}, or a path to a JSONL file"))
+    if name_or_path not in suites and Path(name_or_path).is_file():
         return Path(name_or_path)
-    raise ConfigError(f"unknown suite {name_or_path!r}: expected one of {sorted(suites)} or a path to a JSONL file")
+    return suites.resolve(name_or_path)
 
 
 def load_suite(name_or_path: str = "builtin") -> list[Task]:

@@ -6,6 +6,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from repogym.envs.episode_state import EpisodeState
 from repogym.envs.errors import ToolError
 from repogym.envs.sandbox.base import Sandbox
 from repogym.envs.tasks.schema import Task
@@ -24,14 +25,16 @@ class ToolResult:
 
 @dataclass
 class ToolContext:
-    """What a tool may touch: the agent's sandbox, the task's public side, the episode's notes."""
+    """What a tool may touch: the agent's sandbox, the task's public side, the episode's state."""
 
     sandbox: Sandbox
     task: Task
     command_timeout: float = 60.0
+    """Default seconds for a ``bash`` command."""
     max_timeout: float = 600.0
-    notes: dict[str, Any] = field(default_factory=dict)
-    """Per-episode state tools share (e.g. test results since the last edit)."""
+    """Most seconds a command may ask for; also the timeout of ``run_tests``."""
+    episode: EpisodeState = field(default_factory=EpisodeState)
+    """The episode so far (turn, last edit, test runs), shared with the environment; fresh on each reset."""
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,12 @@
-"""``run_tests``: run the visible tests in the agent's sandbox (the hidden ones are not there)."""
+"""``run_tests``: run the visible tests in the agent's sandbox (the hidden ones are not there).
+
+Every run that finishes is recorded on the episode's state (a :class:`repogym.envs.episode_state.TestRunRecord`),
+which ``inspect_diff`` and the reward facts read; a run that timed out is not recorded.
+"""
 
 from __future__ import annotations
 
-
+from repogym.envs.episode_state import TestRunRecord
 from repogym.envs.sandbox.testrun import TestRunTimeout, run_tests
 from repogym.envs.tools.base import Tool, ToolContext, ToolError, ToolResult, repo_path
 
@@ -22,8 +26,7 @@ def run_run_tests(ctx: ToolContext, args: dict) -> ToolResult:
     for outcome in outcomes.values():
         counts[outcome] = counts.get(outcome, 0) + 1
     failed = sorted(t for t, o in outcomes.items() if o != "passed" and o != "skipped")
-    ctx.notes.setdefault("test_runs", []).append({"turn": ctx.notes.get("turn", 0), "tests": list(tests),
-                                                 "outcomes": outcomes})
+    ctx.episode.test_runs.append(TestRunRecord(ctx.episode.turn, list(tests), outcomes))
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no tests ran"
     text = log.rstrip() + f"\n[{summary}]"
     if failed:

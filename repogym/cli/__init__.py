@@ -1,4 +1,9 @@
-"""The ``repogym`` command: one module per command group, each thin over the library."""
+"""The ``repogym`` command: one module per command group, each thin over the library.
+
+Every command and option has ``--help`` text (tests/test_cli.py walks the parser to keep it so). A
+:class:`repogym.envs.errors.RepogymError` (a bad argument, an unknown name, an infrastructure failure) is
+printed as one ``repogym: error:`` line with exit status 2; Ctrl-C exits with 130.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +15,11 @@ from repogym.cli import analyze, bench, demo, images, leaderboard, show, tasks, 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="repogym", description="Coding-agent gym over real repositories.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = argparse.ArgumentParser(
+        prog="repogym", description="Coding-agent gym over real repositories: tasks from real projects, graded "
+                                    "in sandboxes, for benchmarking agents and training them with RL.",
+        epilog="Run 'repogym COMMAND --help' for a command's options.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     for module in (tasks, validate, demo, bench, analyze, images, train, leaderboard, show):
         module.add_parser(sub)
     return parser

@@ -9,7 +9,11 @@ from repogym.envs.errors import ConfigError
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("analyze", help="static impact analysis of a diff (changed symbols, dependents, tests)")
+    parser = sub.add_parser("analyze", help="static impact analysis of a diff (changed symbols, dependents, tests)",
+                            description="Static impact analysis of a change: the symbols it touches, what depends "
+                                        "on them (up to --depth), and which tests reach them. The change is a diff "
+                                        "file (--diff) or two revisions (--rev; default: HEAD against the working "
+                                        "tree).")
     parser.add_argument("--repo", default=".", help="repository root (default: .)")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--diff", metavar="FILE",

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+from repogym.agents import AGENTS
+from repogym.envs.sandbox import BACKENDS
+
 
 def add_parser(sub) -> None:
     parser = sub.add_parser(
         "bench", help="benchmark an agent over a suite into a results database (re-run to resume)",
         description="Runs K episodes per task, C environments at once, storing each finished episode in the "
                     "SQLite database at once. Re-running the same command runs only what is missing.")
-    parser.add_argument("--agent", required=True, help="agent name (oracle, null, replay, llm, hf)")
+    parser.add_argument("--agent", required=True, help=f"agent name: one of {', '.join(AGENTS.names())}")
     parser.add_argument("--agent-config", default=None, metavar="FILE",
                         help="YAML or JSON file of agent options (e.g. model, base_url for llm; path for hf)")
     parser.add_argument("--suite", required=True, help="suite name or JSONL path")
     parser.add_argument("--k", type=int, default=1, help="episodes per task (default 1)")
     parser.add_argument("--concurrency", type=int, default=1, help="environments at once (default 1)")
     parser.add_argument("--db", required=True, metavar="FILE", help="results database (created if missing)")
-    parser.add_argument("--sandbox", choices=["docker", "local"], default=None,
+    parser.add_argument("--sandbox", choices=BACKENDS.names(), default=None,
                         help="backend (default: docker when a daemon answers, else local)")
     parser.add_argument("--max-turns", type=int, default=30, help="turn limit per episode (default 30)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N tasks")

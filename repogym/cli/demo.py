@@ -5,12 +5,19 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from repogym.agents import AGENTS
+from repogym.envs.sandbox import BACKENDS
+
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("demo", help="run agents (default: oracle and null) over a suite; print a results table")
+    parser = sub.add_parser("demo", help="run agents (default: oracle and null) over a suite; print a results table",
+                            description="Run each agent once over every task of a suite, one episode at a time, "
+                                        "writing trajectories, and print a table of resolved tasks by difficulty. "
+                                        "For K samples, resuming and a results database, use repogym bench.")
     parser.add_argument("--suite", default="builtin", help="suite name or JSONL path (default: builtin)")
-    parser.add_argument("--agents", default="oracle,null", help="comma-separated agent names (default: oracle,null)")
-    parser.add_argument("--sandbox", choices=["docker", "local"], default=None,
+    parser.add_argument("--agents", default="oracle,null",
+                        help=f"comma-separated agent names, of {', '.join(AGENTS.names())} (default: oracle,null)")
+    parser.add_argument("--sandbox", choices=BACKENDS.names(), default=None,
                         help="backend (default: docker when a daemon answers, else local)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N tasks")
     parser.add_argument("--max-turns", type=int, default=30, help="turn limit per episode (default 30)")
@@ -61,8 +68,8 @@ def results_table(results, names) -> str:
         cells = []
         for level in levels:
             at = [r for t, r in mine if t.difficulty == level]
-            cells.append(f"{sum(r.status == 'resolved' for r in at)}/{len(at)}")
-        resolved = sum(r.status == "resolved" for _, r in mine)
+            cells.append(f"{sum(r.resolved for r in at)}/{len(at)}")
+        resolved = sum(r.resolved for _, r in mine)
         infra = sum(r.infra_error for _, r in mine)
         valid = len(mine) - infra
         rate = f"{resolved}/{len(mine)} ({100 * resolved / valid:.0f}%)" if valid else "n/a"

@@ -4,18 +4,25 @@ from __future__ import annotations
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("images", help="build or list the Docker images")
+    parser = sub.add_parser("images", help="build or list the Docker images",
+                            description="The Docker images episodes run in: build the base and default "
+                                        "environment images, or list the repogym images present.")
     isub = parser.add_subparsers(dest="images_command", required=True, metavar="ACTION")
     build = isub.add_parser("build", help="build the base image (pulled where a registry answers, else debootstrap) "
-                                          "and the default environment image")
+                                          "and the default environment image",
+                            description="Build the base image (pulled where a registry answers, else built with "
+                                        "debootstrap) and the default environment image; prints the latter's tag.")
     build.add_argument("--force", action="store_true", help="rebuild the base image even if present")
     build.add_argument("--no-pull", action="store_true", help="do not try a registry; build offline")
     build.set_defaults(func=run_build)
-    ls = isub.add_parser("list", help="list repogym images")
+    ls = isub.add_parser("list", help="list repogym images",
+                         description="List the repogym/ images: tag, short id and size.")
     ls.set_defaults(func=run_list)
-    gc = sub.add_parser("gc", help="remove what crashed repogym processes left behind: containers and volumes "
-                                   "labelled repogym, local sandbox temp dirs and empty repogym cgroups "
-                                   "whose owner is dead; never anything repogym did not create")
+    gc = sub.add_parser("gc", help="remove what crashed repogym processes left behind (containers, volumes, "
+                                   "temp dirs, cgroups)",
+                        description="Remove what crashed repogym processes left behind: containers and volumes "
+                                    "labelled repogym, local sandbox temp dirs and empty repogym cgroups whose "
+                                    "owner is dead; never anything repogym did not create.")
     gc.add_argument("--run", default=None, help="only containers, volumes, temp dirs and cgroups of this run id")
     gc.add_argument("--older-than", type=float, default=0.0, metavar="S",
                     help="only leftovers at least this many seconds old (default 0)")

@@ -9,7 +9,11 @@ from repogym.envs.errors import ConfigError
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("leaderboard", help="ranked results table (Markdown, static HTML with plots)")
+    parser = sub.add_parser("leaderboard", help="ranked results table (Markdown, static HTML with plots)",
+                            description="Rank the agents of a results database (written by repogym bench) and print "
+                                        "the table as Markdown; optionally write it to a file and a static HTML page "
+                                        "with plots, learning curves and one page per episode. Rates exclude "
+                                        "infrastructure errors, which are counted apart.")
     parser.add_argument("--db", required=True, metavar="FILE", help="the results database (SQLite)")
     parser.add_argument("--md", metavar="OUT.md", help="also write the Markdown table to this file")
     parser.add_argument("--html", metavar="OUT.html",

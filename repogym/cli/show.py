@@ -8,7 +8,10 @@ from pathlib import Path
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("show", help="render an episode's trajectory (tool calls, outputs, grading)")
+    parser = sub.add_parser("show", help="render an episode's trajectory (tool calls, outputs, grading)",
+                            description="Render one episode's trajectory file in the terminal: each tool call and "
+                                        "its output, then the grading (status, reward components, tests, final "
+                                        "diff); optionally also as a standalone HTML page.")
     parser.add_argument("trajectory", metavar="TRAJECTORY", help="a trajectory JSONL file")
     parser.add_argument("--html", metavar="OUT.html", help="also write the episode as a standalone HTML page")
     parser.add_argument("--full", action="store_true",

@@ -1,30 +1,42 @@
-"""``repogym tasks list | build-builtin``."""
+"""``repogym tasks list | suites | recipes | generate | build | build-builtin``: the task suites."""
 
 from __future__ import annotations
 
 import json
 
+from repogym.envs.sandbox import BACKENDS
+
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("tasks", help="list the tasks of a suite")
+    parser = sub.add_parser("tasks", help="list, generate and build task suites",
+                            description="Task suites: list a suite's tasks, the suites and the recipes; generate "
+                                        "validated bug-fix tasks from a real project; build a suite from its recipe.")
     tsub = parser.add_subparsers(dest="tasks_command", required=True, metavar="ACTION")
-    ls = tsub.add_parser("list", help="list tasks (id, repo, difficulty, F2P/P2P counts)")
+    ls = tsub.add_parser("list", help="list tasks (id, repo, difficulty, F2P/P2P counts)",
+                         description="List the tasks of a suite: id, repository, difficulty, and the counts of "
+                                     "FAIL_TO_PASS and PASS_TO_PASS tests (or every full record with --json).")
     ls.add_argument("--suite", default="builtin", help="suite name or JSONL path (default: builtin)")
     ls.add_argument("--json", action="store_true", help="print a JSON array of the full task records")
     ls.set_defaults(func=run_list)
-    build = tsub.add_parser("build-builtin", help="rebuild task_repos/builtin.jsonl from task_repos/*/ (developers)")
+    build = tsub.add_parser("build-builtin", help="rebuild task_repos/builtin.jsonl from task_repos/*/ (developers)",
+                            description="Rebuild the builtin suite's task file from the task repositories in "
+                                        "task_repos/*/ (for repogym's developers).")
     build.add_argument("--out", default=None, help="output path (default: task_repos/builtin.jsonl)")
     build.set_defaults(func=run_build)
-    suites = tsub.add_parser("suites", help="list the suite names and their files")
+    suites = tsub.add_parser("suites", help="list the suite names and their files",
+                             description="List the suites known by name and the JSONL file of each.")
     suites.set_defaults(func=run_suites)
-    gen = tsub.add_parser("generate", help="generate validated bug-fix tasks from a real project by mutation")
+    gen = tsub.add_parser("generate", help="generate validated bug-fix tasks from a real project by mutation",
+                          description="Generate bug-fix tasks from a real project: mutate its code, keep the "
+                                      "mutations its own tests catch, and (by default) validate each task as "
+                                      "repogym validate does.")
     gen.add_argument("--source", required=True, help="a folder, a git URL, or pypi:NAME==VERSION")
     gen.add_argument("--out", required=True, help="output JSONL file")
     gen.add_argument("--max-tasks", type=int, default=20, help="tasks to keep (default 20)")
     gen.add_argument("--seed", type=int, default=0, help="seed of the candidate order (default 0)")
     gen.add_argument("--max-candidates", type=int, default=400, help="mutations to try at most (default 400)")
     gen.add_argument("--pip", action="append", default=[], help="extra package the image needs (repeatable)")
-    gen.add_argument("--sandbox", choices=["docker", "local"], default=None,
+    gen.add_argument("--sandbox", choices=BACKENDS.names(), default=None,
                      help="backend (default: docker when a daemon answers, else local)")
     gen.add_argument("--no-validate", dest="validate", action="store_false",
                      help="keep tasks without repogym validate's checks (gold resolves, empty fails, no leak); "
@@ -33,11 +45,15 @@ def add_parser(sub) -> None:
                      help="long: keep only bugs 3+ calls away from every test they break, in another file than "
                           "the code those tests call (marked horizon: long, with min_turns); default any")
     gen.set_defaults(func=run_generate)
-    build = tsub.add_parser("build", help="build a generated suite from its recipe in task_repos/recipes/")
+    build = tsub.add_parser("build", help="build a generated suite from its recipe in task_repos/recipes/",
+                            description="Build a generated suite from its recipe in task_repos/recipes/ (source "
+                                        "project and generation settings), then validate it with repogym validate.")
     build.add_argument("suite", help="recipe name (see `repogym tasks recipes`)")
-    build.add_argument("--sandbox", choices=["docker", "local"], default=None, help="backend")
+    build.add_argument("--sandbox", choices=BACKENDS.names(), default=None,
+                       help="backend (default: docker when a daemon answers, else local)")
     build.set_defaults(func=run_build_recipe)
-    recipes = tsub.add_parser("recipes", help="list the suite recipes")
+    recipes = tsub.add_parser("recipes", help="list the suite recipes",
+                              description="List the suite recipes: name, source project, seed and task count.")
     recipes.set_defaults(func=run_recipes)
 
 

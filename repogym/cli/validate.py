@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import threading
 
+from repogym.envs.sandbox import BACKENDS
+
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("validate", help="validate tasks in real sandboxes (gold resolves, empty does not, no flaky "
-                                                  "tests, no leak of the fix into the agent's sandbox)")
+                                             "tests, no leak of the fix into the agent's sandbox)",
+                            description="Prove each task in real sandboxes: its gold patch resolves it, the empty "
+                                        "patch does not, no test is flaky, and a fresh agent sandbox holds no way to "
+                                        "the fix. Exit status 1 when any task fails.")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--suite", default=None, help="suite name or JSONL path (default: builtin)")
     group.add_argument("--tasks", default=None, help="a JSONL task file")
-    parser.add_argument("--sandbox", choices=["docker", "local"], default=None,
+    parser.add_argument("--sandbox", choices=BACKENDS.names(), default=None,
                         help="backend (default: docker when a daemon answers, else local)")
     parser.add_argument("--task", action="append", default=[], help="only this task id (repeatable)")
     parser.add_argument("--workers", type=int, default=2, help="tasks validated at once (default 2)")

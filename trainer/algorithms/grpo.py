@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from repogym.envs.errors import ConfigError
 from repogym.trainer.algorithms.common import Batch, Sample, aggregate, masked_mean, token_logprobs
 
 
@@ -60,12 +61,27 @@ class GRPO:
     """Advantages per group, then the clipped token-level surrogate."""
 
     name = "grpo"
-    needs_reference = property(lambda self: self.config.kl_coef > 0)
+    needs_hidden = False
 
     def __init__(self, config: GRPOConfig):
         if config.negative_scale < 0:
-            raise ValueError(f"negative_scale must be >= 0 (1 is plain GRPO), got {config.negative_scale}")
+            raise ConfigError(f"negative_scale must be >= 0 (1 is plain GRPO), got {config.negative_scale}")
         self.config = config
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any], hidden_size: int | None = None) -> "GRPO":
+        """GRPO with ``GRPOConfig(**options)`` (the registry's entry; ``hidden_size`` is not needed)."""
+        return cls(GRPOConfig(**options))
+
+    group_size = property(lambda self: self.config.group_size)
+    temperature = property(lambda self: self.config.temperature)
+    loss_agg = property(lambda self: self.config.loss_agg)
+    epochs = property(lambda self: self.config.epochs)
+    needs_reference = property(lambda self: self.config.kl_coef > 0)
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        """None of its own: GRPO trains the policy only."""
+        return []
 
     def prepare(self, groups: list[list[Sample]]) -> list[Sample]:
         """Set each sample's advantage from its group; the flat list to train on.
@@ -85,8 +101,8 @@ class GRPO:
                 out.append(sample)
         return out
 
-    def loss(self, logits: torch.Tensor, batch: Batch, denominator: float,
-             ref_logprobs: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, logits: torch.Tensor, batch: Batch, denominator: float, ref_logprobs: torch.Tensor | None = None,
+             hidden: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         """The clipped surrogate (+ KL) of one micro-batch, already divided by the whole batch's denominator."""
         c = self.config
         logp = token_logprobs(logits, batch.input_ids, c.temperature)

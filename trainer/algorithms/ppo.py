@@ -9,10 +9,12 @@ policy loss is the clipped surrogate with the same token-level masking and aggre
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
+from repogym.envs.errors import ConfigError
 from repogym.trainer.algorithms.common import Batch, Sample, aggregate, masked_mean, token_logprobs
 
 
@@ -54,13 +56,26 @@ class PPO:
 
     name = "ppo"
     needs_hidden = True
-    needs_reference = property(lambda self: self.config.kl_coef > 0)
 
     def __init__(self, config: PPOConfig, hidden_size: int):
         self.config = config
         self.value_head = nn.Linear(hidden_size, 1)
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any], hidden_size: int | None = None) -> "PPO":
+        """PPO with ``PPOConfig(**options)`` and a value head over the model's ``hidden_size``."""
+        config = PPOConfig(**options)
+        if hidden_size is None:
+            raise ConfigError("algorithm 'ppo' needs the model's hidden_size for its value head, got None")
+        return cls(config, hidden_size)
+
+    group_size = property(lambda self: self.config.group_size)
+    temperature = property(lambda self: self.config.temperature)
+    loss_agg = property(lambda self: self.config.loss_agg)
+    epochs = property(lambda self: self.config.epochs)
+    needs_reference = property(lambda self: self.config.kl_coef > 0)
 
     def parameters(self):
         """Extra trainable parameters (the value head) for the learner's optimiser."""

@@ -7,6 +7,7 @@ hf agent would have produced them (``repogym.agents.hf.ChatFormat``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -35,16 +36,34 @@ class SFT:
     """Cross-entropy on mask-1 tokens."""
 
     name = "sft"
+    group_size = 1
+    """No groups: every sequence is learnt on its own."""
+    temperature = 1.0
+    """Cross-entropy on the plain distribution (the data was not sampled from the policy)."""
+    epochs = 1
+    needs_hidden = False
+    needs_reference = False
 
     def __init__(self, config: SFTConfig):
         self.config = config
 
+    @classmethod
+    def from_options(cls, options: dict[str, Any], hidden_size: int | None = None) -> "SFT":
+        """SFT with ``SFTConfig(**options)`` (the registry's entry; ``hidden_size`` is not needed)."""
+        return cls(SFTConfig(**options))
+
+    loss_agg = property(lambda self: self.config.loss_agg)
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        """None of its own: SFT trains the policy only."""
+        return []
+
     def prepare(self, groups: list[list[Sample]]) -> list[Sample]:
         return [s for g in groups for s in g]
 
-    def loss(self, logits: torch.Tensor, batch: Batch, denominator: float, ref_logprobs=None
-             ) -> tuple[torch.Tensor, dict[str, float]]:
-        logp = token_logprobs(logits, batch.input_ids)
+    def loss(self, logits: torch.Tensor, batch: Batch, denominator: float, ref_logprobs: torch.Tensor | None = None,
+             hidden: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        logp = token_logprobs(logits, batch.input_ids, self.temperature)
         loss = aggregate(-logp, batch.loss_mask, self.config.loss_agg, denominator)
         return loss, {"losses/sft_loss": float(loss.detach()),
                       "losses/token_accuracy": masked_mean((logp.detach() > -0.6931).float(), batch.loss_mask)}

@@ -1,0 +1,27 @@
+"""The one docker SDK client of a process, shared by the docker backend, its images and ``repogym gc``.
+
+Its own module so that :mod:`.docker` (which builds images on demand) and :mod:`.images` (which needs the
+client) import it rather than each other. The docker SDK is imported here, on first use, and only here
+decides what a missing SDK or daemon looks like: :class:`SandboxUnavailable` saying which.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from repogym.envs.errors import SandboxUnavailable
+
+
+@functools.lru_cache(maxsize=1)
+def docker_client():
+    """A docker SDK client, or :class:`SandboxUnavailable` saying why not."""
+    try:
+        import docker
+    except ImportError:
+        raise SandboxUnavailable("sandbox.docker", "the docker SDK is not installed: pip install docker") from None
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except Exception as exc:  # DockerException, connection refused, permission denied
+        raise SandboxUnavailable("sandbox.docker", f"no Docker daemon answers: {exc}") from None
+    return client
