@@ -117,6 +117,17 @@ def test_the_fleets_and_worker_specs_are_typed(tmp_path):
         assert hasattr(RayFleet, member), member
 
 
+def test_a_fleet_backend_is_found_by_name_and_a_typo_lists_the_backends(tmp_path):
+    from repogym.trainer.fleet import FLEETS, LocalFleet, WorkerSpec, make_fleet
+
+    assert FLEETS.names() == ["local", "ray"]
+    with pytest.raises(ConfigError, match="unknown fleet backend 'rya': expected one of local, ray"):
+        make_fleet(WorkerSpec(tasks=[]), "rya")
+    assert isinstance(make_fleet(WorkerSpec(tasks=[], agent="null"), "local", workers=4), LocalFleet)
+    with pytest.raises(ConfigError, match="fleet.backend: unknown fleet backend 'rya': expected one of local, ray"):
+        load_config(None, ["fleet.backend=rya"])
+
+
 def test_train_cli_reports_a_bad_config_without_a_traceback(tmp_path, capsys):
     from repogym.cli import main
 

@@ -20,6 +20,7 @@ from repogym.agents.hf import HFAgentConfig
 from repogym.envs.errors import ConfigError
 from repogym.envs.repo_env import EnvConfig
 from repogym.trainer.curriculum import CurriculumConfig
+from repogym.trainer.fleet import FLEETS, POLICY_TOKENIZER
 from repogym.trainer.learner import LearnerConfig
 from repogym.trainer.tiny import TinyModelConfig
 
@@ -142,8 +143,9 @@ class TrainConfig:
 
     def check(self) -> "TrainConfig":
         """Raise ConfigError on values that cannot work together."""
-        if self.fleet.backend not in ("ray", "local"):
-            raise ConfigError(f"fleet.backend must be 'ray' or 'local', got {self.fleet.backend!r}")
+        if self.fleet.backend not in FLEETS:
+            raise ConfigError(f"fleet.backend: unknown fleet backend {self.fleet.backend!r}: expected one of "
+                              f"{', '.join(FLEETS.names())}")
         if self.fleet.mode not in ("sync", "async"):
             raise ConfigError(f"fleet.mode must be 'sync' or 'async', got {self.fleet.mode!r}")
         if self.inference.engine not in ("hf", "vllm"):
@@ -153,11 +155,6 @@ class TrainConfig:
         if self.fleet.workers < 1 or self.fleet.envs_per_worker < 1:
             raise ConfigError("fleet.workers and fleet.envs_per_worker must be >= 1")
         return self
-
-
-POLICY_TOKENIZER = "policy"
-"""``env.tokenizer`` of a training run: the rollout worker gives each env the policy's own tokenizer. Filled in
-when ``env.max_observation_tokens`` is set without a tokenizer (EnvConfig needs one to count with)."""
 
 
 def from_dict(cls, data: Any, where: str = ""):

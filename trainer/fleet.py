@@ -13,12 +13,18 @@ import queue
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from repogym.agents.trajectory import TokenSequence, status_of
 from repogym.envs.errors import InfraError
+from repogym.envs.registry import Registry
 from repogym.envs.repo_env import EnvConfig
 from repogym.envs.status import Status, excluded
+
+POLICY_TOKENIZER = "policy"
+"""``env.tokenizer`` of a training run: the rollout worker gives each env the policy's own tokenizer. Filled in
+when ``env.max_observation_tokens`` is set without a tokenizer (EnvConfig needs one to count with)."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +146,6 @@ class RolloutWorker:
 
     def _env(self):
         import gymnasium as gym
-
-        from repogym.trainer.config import POLICY_TOKENIZER
 
         config = self.spec.env
         if config.tokenizer in (None, POLICY_TOKENIZER):
@@ -349,11 +353,16 @@ class RayFleet:
 
 def make_fleet(spec: WorkerSpec, backend: str, workers: int = 1, worker_cpus: float = 1.0,
                max_restarts: int = 8) -> Fleet:
-    """A ``ray`` or ``local`` fleet."""
-    if backend == "local":
-        return LocalFleet(spec)
-    return RayFleet(spec, workers, worker_cpus, max_restarts)
+    """A fleet of backend ``backend`` (see :data:`FLEETS`); a miss lists the backends."""
+    return FLEETS.resolve(backend)(spec, workers=workers, worker_cpus=worker_cpus, max_restarts=max_restarts)
+
+
+def _local_fleet(spec: WorkerSpec, **_: Any) -> LocalFleet:
+    return LocalFleet(spec)  # one worker in this process: the Ray options do not apply
+
+
+FLEETS: Registry[Callable[..., Fleet]] = Registry("fleet backend", {"local": _local_fleet, "ray": RayFleet})
 
 
 __all__ = ["EpisodeOutcome", "EpisodeRequest", "Fleet", "LocalFleet", "RayFleet", "RolloutWorker", "WorkerSpec",
-           "make_fleet"]
+           "FLEETS", "make_fleet"]
