@@ -58,19 +58,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import gymnasium as gym
 
-import gymnasium as gym  # noqa: E402
+from repogym.agents import make_agent
+from repogym.agents.oracle import OracleAgent
+from repogym.agents.rollout import run_episode
+from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
+from repogym.envs.sandbox import SandboxConfig
+from repogym.envs.status import Status
+from repogym.envs.tasks.schema import Task
+from repogym.envs.tasks.suites import find_task
 
-from repogym.agents import make_agent  # noqa: E402
-from repogym.agents.oracle import OracleAgent  # noqa: E402
-from repogym.agents.rollout import run_episode  # noqa: E402
-from repogym.envs.errors import ConfigError, InfraError  # noqa: E402
-from repogym.envs.repo_env import EnvConfig, RepoTaskEnv  # noqa: E402
-from repogym.envs.sandbox import SandboxConfig  # noqa: E402
-from repogym.envs.tasks.schema import Task  # noqa: E402
-from repogym.envs.tasks.suites import find_task  # noqa: E402
-
+CRASH = "crash"
+"""The soak's own status of an episode that raised something other than InfraError (a library bug)."""
 # One repository, so an env keeps its agent container across episodes (warm resets) and has one grading pool.
 DEFAULT_TASKS = ("repogym__tablekit-bool-column-alignment", "repogym__tablekit-center-odd-padding",
                  "repogym__tablekit-wrap-exact-fit")
@@ -117,7 +118,7 @@ class Episode:
 
     @property
     def infra_error(self) -> bool:
-        return self.status == "infra_error"
+        return self.status == Status.INFRA_ERROR
 
 
 @dataclass
@@ -179,7 +180,7 @@ class SoakReport:
     def hostile_failures(self) -> list[Episode]:
         """Hostile episodes that earned something, were excluded with no kill to explain it, or crashed."""
         reached = self.reached()
-        return [e for e in self.hostile() if e.status == "crash" or (e.infra_error and id(e) not in reached)
+        return [e for e in self.hostile() if e.status == CRASH or (e.infra_error and id(e) not in reached)
                 or (not e.infra_error and (e.reward != 0 or e.status != "unresolved"))]
 
     def by_status(self, phase: str) -> dict[str, int]:
@@ -212,7 +213,7 @@ class SoakReport:
                             ("errors closing envs", self.close_errors)):
             if items:
                 found.append(f"{what}: {len(items)} ({', '.join(map(str, items[:5]))})")
-        crashes = [e for e in self.episodes if e.status == "crash"]
+        crashes = [e for e in self.episodes if e.status == CRASH]
         if crashes:
             found.append(f"episodes raised something other than InfraError: {len(crashes)} "
                          f"(first: {crashes[0].error})")
@@ -234,10 +235,10 @@ class SoakReport:
         if blamed:
             found.append(f"episodes blamed on the agent for a sandbox only the killer killed: {len(blamed)} "
                          f"(env {blamed[0].env}, {blamed[0].task_id}: {blamed[0].status})")
-        null_resolved = [e for e in self.episodes if e.agent == "null" and e.status == "resolved"]
+        null_resolved = [e for e in self.episodes if e.agent == "null" and e.status == Status.RESOLVED]
         if null_resolved:
             found.append(f"null-agent episodes resolved: {len(null_resolved)}")
-        missed = [e for e in self.episodes if e.agent == "oracle" and e.status not in ("resolved", "crash")
+        missed = [e for e in self.episodes if e.agent == "oracle" and e.status not in (Status.RESOLVED, CRASH)
                   and id(e) not in reached]
         if missed:
             found.append(f"oracle episodes no kill reached that did not resolve: {len(missed)} "
@@ -279,8 +280,8 @@ class SoakReport:
                 "host_files": self.host_files,
                 "kills": [dataclasses.asdict(k) for k in self.kills],
                 "notable_episodes": [dataclasses.asdict(e) | {"reached_by_kill": id(e) in self.reached()}
-                                     for e in self.episodes if e.status not in ("resolved", "unresolved")
-                                     or e.blamed_on_agent or (e.agent == "oracle" and e.status != "resolved")
+                                     for e in self.episodes if e.status not in (Status.RESOLVED, Status.UNRESOLVED)
+                                     or e.blamed_on_agent or (e.agent == "oracle" and e.status != Status.RESOLVED)
                                      or (e.attack is not None and (e.reward != 0 or e.findings))]}
 
 
@@ -300,7 +301,7 @@ def ratio(a: float, b: float) -> float:
 def samples(episodes: list[Episode], kind: str) -> list[float]:
     """Seconds of ``kind`` (``reset``, ``tool step``, ``submit``) over warm episodes that met no infra_error."""
     # Attacks (fills, kills) are not the latencies a policy sees; they are judged on their own.
-    warm = [e for e in episodes if not e.first and not e.infra_error and e.status != "crash" and e.attack is None]
+    warm = [e for e in episodes if not e.first and not e.infra_error and e.status != CRASH and e.attack is None]
     if kind == "reset":
         return [e.reset_s for e in warm if e.reset_s is not None]
     want_submit = kind == "submit"
@@ -527,10 +528,10 @@ def play(env: Timed, agents: dict[str, Any], tasks: list[Task], index: int, j: i
         agent_name = ("oracle", "null")[(index + j - (j // hostile_every if hostile_every else 0)) % 2]
     task = tasks[(index + j // 2) % len(tasks)]
     start = time.monotonic()
-    episode = Episode(index, phase, agent_name, task.instance_id, start, start, "crash", first=j == 0, attack=attack)
+    episode = Episode(index, phase, agent_name, task.instance_id, start, start, CRASH, first=j == 0, attack=attack)
     try:
         result = run_episode(env, agents[agent_name], task_id=task.instance_id, seed=seed + j, agent_name=agent_name)
-        episode.status = "infra_error" if result.infra_error else result.status
+        episode.status = Status.INFRA_ERROR if result.infra_error else result.status
         episode.reward = result.reward
         episode.turns, episode.grading_attempts = result.turns, result.eval.get("attempts", 0)
         episode.blamed_on_agent = result.info.get("error") == "sandbox_killed"
@@ -538,7 +539,7 @@ def play(env: Timed, agents: dict[str, Any], tasks: list[Task], index: int, j: i
             error = result.info.get("infra_error") or result.eval.get("error") or {}
             episode.error = error.get("where")
     except InfraError as exc:  # reset could not bring a sandbox up, or (a bug) a step raised it
-        episode.status, episode.error = "infra_error", f"{'reset' if env.reset_s is None else 'step'}: {exc.where}"
+        episode.status, episode.error = Status.INFRA_ERROR, f"{'reset' if env.reset_s is None else 'step'}: {exc.where}"
     except Exception as exc:  # a library bug the soak exposed: keep where it was raised
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         episode.error = f"{type(exc).__name__}: {exc} (at {Path(frame.filename).name}:{frame.lineno})"
