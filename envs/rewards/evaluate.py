@@ -9,7 +9,8 @@ run the files that hold FAIL_TO_PASS and PASS_TO_PASS under the harness's launch
 (:func:`repogym.envs.sandbox.testrun.run_test_command`) and read its per-test report; cross-check the run
 (:mod:`repogym.envs.rewards.guards`).
 
-Fails closed: a test passes only when that report says ``passed``; a test the report lacks (not collected,
+Fails closed: a test passes only when that report says ``passed`` (an id cut at its first whitespace, as
+SWE-bench lists some, is matched by :mod:`repogym.envs.rewards.ids`); a test the report lacks (not collected,
 deselected, or the run left no report at all) is ``missing`` and failed, as are ``skipped``, ``error``,
 ``xfailed``. The exit code of the shell command decides nothing. A guard that trips (a canary that passed, a
 report rewritten after the fact, an exit status or summary that disagrees with the report) makes the record
@@ -33,6 +34,7 @@ from typing import Any, Callable
 from repogym.envs.errors import InfraError, SandboxError
 from repogym.envs.rewards.canary import plant_canaries
 from repogym.envs.rewards.guards import check_run, harness_reach, tripped
+from repogym.envs.rewards.ids import MISSING, PASSED, outcomes_of
 from repogym.envs.rewards.tamper import CONFIG_WITH_PYTEST_SECTION, filter_patch, is_tamper_path, pytest_section
 from repogym.envs.sandbox.base import Sandbox
 from repogym.envs.sandbox.testrun import run_test_command
@@ -152,8 +154,7 @@ def _record(task: Task, status: Status, dropped: list[str], outcomes: dict[str, 
             error: dict[str, str] | None = None, log: str = "", guards: dict[str, str] | None = None,
             canaries: list | None = None) -> EvalRecord:
     """The evaluation record of ``outcomes``: a graded test absent from them is ``missing``."""
-    wanted = list(dict.fromkeys(task.FAIL_TO_PASS + task.PASS_TO_PASS))
-    tests = {tid: outcomes.get(tid, "missing") for tid in wanted}
+    tests = outcomes_of(task.FAIL_TO_PASS + task.PASS_TO_PASS, outcomes)
     f2p = sum(tests[t] == "passed" for t in task.FAIL_TO_PASS)
     p2p = sum(tests[t] == "passed" for t in task.PASS_TO_PASS)
     return EvalRecord(task.instance_id, status, tests=tests, fail_to_pass={"passed": f2p, "total": len(task.FAIL_TO_PASS)},
@@ -183,14 +184,15 @@ def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, tim
                            extra_args=["--maxfail=0"])
     outcomes, log = run.outcomes, run.log
     guards = check_run(run, canaries)
-    missing = sum(tid not in outcomes for tid in wanted)
+    graded = outcomes_of(wanted, outcomes)
+    missing = sum(outcome == MISSING for outcome in graded.values())
     error = None
     if not outcomes:
         error = {"where": "rewards.report", "message": "the test run left no report"}
     elif tripped(guards):
         name, why = next(iter(tripped(guards).items()))
         error = {"where": f"rewards.guard.{name}", "message": why}
-    elif wanted and all(outcomes.get(tid) == "passed" for tid in wanted):
+    elif wanted and all(outcome == PASSED for outcome in graded.values()):
         return _record(task, Status.RESOLVED, dropped, outcomes, log=log, guards=guards, canaries=canaries)
     elif missing:
         error = {"where": "rewards.report", "message": f"{missing} of {len(wanted)} graded tests have no result"}
