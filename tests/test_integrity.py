@@ -357,15 +357,19 @@ def test_local_sandbox_shows_no_host_path_beyond_what_it_needs(tiny_task):
     box = sandbox_factory("local", {}, SandboxConfig(run_id="pytest-integrity"))()
     try:
         top = set(box.run("ls -A /").stdout.split())
-        prefixes = [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()]
-        allowed = set(SYSTEM_DIRS) | {"dev", "proc", "tmp", "repo", ".repogym"} | {p.parts[1] for p in prefixes}
+        # The base interpreter, and the task's own virtualenv at /.repogym-python: not repogym's environment.
+        prefixes = [Path(sys.base_prefix).resolve()]
+        allowed = set(SYSTEM_DIRS) | {"dev", "proc", "tmp", "repo", ".repogym", ".repogym-python"} | {
+            p.parts[1] for p in prefixes}
         assert top <= allowed, top - allowed
         home = Path.home()
         shown = set(box.run(f"ls -A {home} 2>/dev/null").stdout.split())
         assert shown <= {p.relative_to(home).parts[0] for p in prefixes if p.is_relative_to(home)}
         assert set(box.run(f"ls -A {PROJECT_ROOT} 2>/dev/null").stdout.split()) <= {
             p.relative_to(PROJECT_ROOT).parts[0] for p in prefixes if p.is_relative_to(PROJECT_ROOT)}
-        for host_path in (PROJECT_ROOT / "task_repos" / "builtin.jsonl", PROJECT_ROOT / "envs", Path(tiny_task.setup["source"][5:])):
+        own_env = Path(sys.prefix) / "pyvenv.cfg"
+        for host_path in (PROJECT_ROOT / "task_repos" / "builtin.jsonl", PROJECT_ROOT / "envs", Path(tiny_task.setup["source"][5:]),
+                          *([own_env] if own_env.exists() else [])):
             assert host_path.exists() and box.run(f"test -e {host_path}").exit_code != 0
     finally:
         box.close()

@@ -10,7 +10,7 @@ import importlib
 import sys
 from typing import Any
 
-from repogym.envs.errors import SandboxRequestError
+from repogym.envs.errors import ConfigError, SandboxRequestError
 from repogym.envs.registry import Registry
 from repogym.envs.sandbox.base import CommandResult, Sandbox, SandboxConfig
 
@@ -60,4 +60,17 @@ def sandbox_factory(backend: str, setup: dict | None = None, config: SandboxConf
         image = config.image or ensure_env_image(setup or {})
         return lambda: make_sandbox("docker", config, image=image)
     _module(backend)
+    _check_python(backend, setup or {})
+    if backend == "local":
+        from repogym.envs.sandbox.local_env import ensure_local_env
+        python_env = ensure_local_env(setup or {})
+        return lambda: make_sandbox("local", config, python_env=python_env)
     return lambda: make_sandbox(backend, config)
+
+
+def _check_python(backend: str, setup: dict) -> None:
+    # The local backend runs this interpreter; a task made for another Python would fail for the wrong reason.
+    wanted, here = setup.get("python"), f"{sys.version_info.major}.{sys.version_info.minor}"
+    if wanted and str(wanted) != here:
+        raise ConfigError(f"the task needs Python {wanted}; the {backend} sandbox runs this interpreter's {here}: "
+                          "use the docker backend (--sandbox docker), which builds an image for it")

@@ -1,10 +1,12 @@
-"""Docker images: the base image (pulled where a registry answers, else built offline) and one
-environment image per task setup, tagged by a content hash so it is built once and reused.
+"""Docker images: a base image per Python version (pulled where a registry answers, else built offline) and
+one environment image per task setup, tagged by a content hash so it is built once and reused.
 
-Offline base: ``debootstrap --variant=minbase`` of Debian bookworm with python3, pytest and git, then
-``docker import``. Environment image: the base plus a non-root ``agent`` user, ``/repo``, the in-sandbox
-runner files and, when a task's ``setup.pip`` names packages, a wheelhouse that ``pip download`` fills on
-the host and that installs with ``--no-index`` inside (containers have no network).
+Offline base: ``debootstrap --variant=minbase`` of the Debian release whose ``python3`` is the Python a task
+asks for (``setup.python``, :data:`DEBIAN_FOR_PYTHON`; 3.11 when unset), with pytest and git, then ``docker
+import``. Environment image: the base plus a non-root ``agent`` user, ``/repo``, the in-sandbox runner files
+(stdlib only, run by the image's own interpreter) and, when a task's ``setup.pip`` names packages, a
+wheelhouse that ``pip download`` fills on the host for that Python and that installs with ``--no-index``
+inside (containers have no network).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import io
 import json
 import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 from pathlib import Path
@@ -23,38 +24,59 @@ from typing import Any, Callable
 from repogym.envs.errors import ConfigError, SandboxError
 from repogym.envs.sandbox.base import INSIDE_DIR
 from repogym.envs.sandbox.docker_client import docker_client
+from repogym.envs.sandbox.wheelhouse import download_wheels
 
-BASE_IMAGE = "repogym/base:bookworm"
-PULL_IMAGE = ("python", "3.11-slim-bookworm")
+DEFAULT_PYTHON = "3.11"
+# The Debian release whose python3 is each version: what debootstrap (and the slim images) can give offline.
+DEBIAN_FOR_PYTHON = {"3.9": "bullseye", "3.11": "bookworm", "3.13": "trixie"}
 DEBIAN_PACKAGES = ["python3", "python3-pytest", "python3-pip", "git", "procps", "ca-certificates"]
 ENV_REPO = "repogym/env"
 
 
-def base_image_exists(client=None) -> bool:
-    """Whether the base image is present."""
+def python_of(setup: dict[str, Any] | None) -> str:
+    """The Python version a task setup asks for (``setup.python``), checked against the ones images exist for."""
+    version = str((setup or {}).get("python") or DEFAULT_PYTHON)
+    if version not in DEBIAN_FOR_PYTHON:
+        raise ConfigError(f"no image for Python {version!r} (setup.python); available: "
+                          f"{', '.join(DEBIAN_FOR_PYTHON)}")
+    return version
+
+
+def base_image_name(python: str = DEFAULT_PYTHON) -> str:
+    """The base image's tag for a Python version, e.g. ``repogym/base:bookworm`` for 3.11."""
+    return f"repogym/base:{DEBIAN_FOR_PYTHON[python_of({'python': python})]}"
+
+
+BASE_IMAGE = base_image_name()
+
+
+def base_image_exists(client=None, python: str = DEFAULT_PYTHON) -> bool:
+    """Whether the base image for ``python`` is present."""
     import docker
     client = client or docker_client()
     try:
-        client.images.get(BASE_IMAGE)
+        client.images.get(base_image_name(python))
         return True
     except docker.errors.ImageNotFound:
         return False
 
 
-def build_base_image(*, force: bool = False, pull: bool = True, log: Callable[[str], Any] = print) -> str:
-    """Make ``repogym/base:bookworm``: pull an official python image where a registry answers, else debootstrap."""
+def build_base_image(*, force: bool = False, pull: bool = True, log: Callable[[str], Any] = print,
+                     python: str = DEFAULT_PYTHON) -> str:
+    """Make the base image for ``python``: pull an official python image where a registry answers, else debootstrap."""
     client = docker_client()
-    if not force and base_image_exists(client):
-        log(f"{BASE_IMAGE} already present")
-        return BASE_IMAGE
-    if pull and _try_pull(client, log):
-        return BASE_IMAGE
-    return _debootstrap_import(client, log)
+    name = base_image_name(python)
+    if not force and base_image_exists(client, python):
+        log(f"{name} already present")
+        return name
+    if pull and _try_pull(client, log, python):
+        return name
+    return _debootstrap_import(client, log, python)
 
 
-def _try_pull(client, log) -> bool:
+def _try_pull(client, log, python: str) -> bool:
     import docker
-    name, tag = PULL_IMAGE
+    name, tag = "python", f"{python}-slim-{DEBIAN_FOR_PYTHON[python]}"
     try:
         client.images.pull(name, tag=tag)
     except (docker.errors.APIError, docker.errors.DockerException, OSError) as exc:
@@ -63,29 +85,30 @@ def _try_pull(client, log) -> bool:
     dockerfile = (f"FROM {name}:{tag}\nRUN apt-get update && apt-get install -y --no-install-recommends git procps "
                   "&& rm -rf /var/lib/apt/lists/* && pip install --no-cache-dir pytest\n"
                   "RUN ln -sf /usr/local/bin/python3 /usr/bin/python3 || true\n")
-    _build(client, dockerfile, {}, BASE_IMAGE, network=True)
-    log(f"built {BASE_IMAGE} from {name}:{tag}")
+    _build(client, dockerfile, {}, base_image_name(python), network=True)
+    log(f"built {base_image_name(python)} from {name}:{tag}")
     return True
 
 
-def _debootstrap_import(client, log) -> str:
+def _debootstrap_import(client, log, python: str) -> str:
     if shutil.which("debootstrap") is None:
         raise SandboxError("sandbox.images", "no registry answered and debootstrap is missing: apt-get install debootstrap")
     with tempfile.TemporaryDirectory(prefix="repogym-rootfs-") as tmp:
         rootfs, archive = Path(tmp) / "rootfs", Path(tmp) / "rootfs.tar"
-        log("debootstrap bookworm (about a minute)...")
+        release = DEBIAN_FOR_PYTHON[python]
+        log(f"debootstrap {release} for Python {python} (about a minute)...")
         proc = subprocess.run(["debootstrap", "--variant=minbase", "--include=" + ",".join(DEBIAN_PACKAGES),
-                               "bookworm", str(rootfs)], capture_output=True, text=True)
+                               release, str(rootfs)], capture_output=True, text=True)
         if proc.returncode != 0:
             raise SandboxError("sandbox.images", f"debootstrap failed: {proc.stdout[-800:]}{proc.stderr[-800:]}")
         subprocess.run(["rm", "-rf", str(rootfs / "var/cache/apt/archives"), str(rootfs / "var/lib/apt/lists")])
         subprocess.run(["tar", "-C", str(rootfs), "-cf", str(archive), "."], check=True)
-        repo, tag = BASE_IMAGE.split(":")
+        repo, tag = base_image_name(python).split(":")
         client.api.import_image(src=str(archive), repository=repo, tag=tag,
                                 changes=["ENV PATH=/usr/local/bin:/usr/bin:/bin", "ENV LANG=C.UTF-8",
                                          'CMD ["/bin/bash"]'])
-    log(f"imported {BASE_IMAGE}")
-    return BASE_IMAGE
+    log(f"imported {base_image_name(python)}")
+    return base_image_name(python)
 
 
 def _files_hash(folder: Path) -> str:
@@ -97,15 +120,16 @@ def _files_hash(folder: Path) -> str:
 
 def env_dockerfile(setup: dict[str, Any]) -> str:
     """The Dockerfile of the environment image for a task setup."""
-    lines = [f"FROM {BASE_IMAGE}",
+    lines = [f"FROM {base_image_name(python_of(setup))}",
              # Written by hand: minbase Debian has no useradd.
              "RUN echo 'agent:x:1000:1000::/home/agent:/bin/bash' >> /etc/passwd && echo 'agent:x:1000:' >> /etc/group"
              " && mkdir -p /repo /opt/repogym /home/agent && chown 1000:1000 /repo /home/agent",
              "RUN [ -e /usr/local/bin/python ] || ln -s /usr/bin/python3 /usr/local/bin/python",
              "COPY inside/ /opt/repogym/"]
     if setup.get("pip"):
+        # PIP_BREAK_SYSTEM_PACKAGES, not the flag: older releases' pip does not know the flag (nor need it).
         lines += ["COPY wheels/ /tmp/wheels/",
-                  "RUN python3 -m pip install --no-index --find-links /tmp/wheels --break-system-packages "
+                  "RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-index --find-links /tmp/wheels "
                   + " ".join(f"'{p}'" for p in setup["pip"]) + " && rm -rf /tmp/wheels"]
     lines += ["WORKDIR /repo", "USER agent", 'CMD ["sleep", "infinity"]']
     return "\n".join(lines) + "\n"
@@ -120,18 +144,22 @@ def env_image_tag(setup: dict[str, Any], base_id: str) -> str:
 
 def docker_image_tag_for(setup: dict[str, Any]) -> str:
     """The environment image tag ``setup`` maps to, given the current base image."""
-    return env_image_tag(setup, docker_client().images.get(BASE_IMAGE).id)
+    return env_image_tag(setup, docker_client().images.get(base_image_name(python_of(setup))).id)
 
 
 def ensure_env_image(setup: dict[str, Any] | None = None, *, log: Callable[[str], Any] = lambda m: None) -> str:
-    """The environment image for ``setup``, built on first use."""
+    """The environment image for ``setup``, built on first use (and its base, for a Python other than 3.11)."""
     import docker
     setup = setup or {}
+    python = python_of(setup)
     client = docker_client()
+    if python != DEFAULT_PYTHON and not base_image_exists(client, python):
+        build_base_image(python=python, log=log)
     try:
-        base = client.images.get(BASE_IMAGE)
+        base = client.images.get(base_image_name(python))
     except docker.errors.ImageNotFound:
-        raise SandboxError("sandbox.images", f"base image {BASE_IMAGE} is missing: run `repogym images build`") from None
+        raise SandboxError("sandbox.images", f"base image {base_image_name(python)} is missing: run "
+                                             "`repogym images build`") from None
     tag = env_image_tag(setup, base.id)
     try:
         client.images.get(tag)
@@ -140,18 +168,17 @@ def ensure_env_image(setup: dict[str, Any] | None = None, *, log: Callable[[str]
         pass
     files = {f"inside/{p.name}": p.read_bytes() for p in INSIDE_DIR.glob("*.py")}
     if setup.get("pip"):
-        files.update(_wheelhouse(list(setup["pip"])))
+        files.update(_wheelhouse(list(setup["pip"]), python))
     log(f"building {tag}")
     _build(client, env_dockerfile(setup), files, tag, network=False)
     return tag
 
 
-def _wheelhouse(requirements: list[str]) -> dict[str, bytes]:
+def _wheelhouse(requirements: list[str], python: str) -> dict[str, bytes]:
     with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", tmp, "--only-binary=:all:",
-                               "--python-version", "3.11", *requirements], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise ConfigError(f"could not download {requirements} for the image: {proc.stderr.strip()[-600:]}")
+        error = download_wheels(requirements, python, Path(tmp))
+        if error:
+            raise ConfigError(f"could not download {requirements} for the image: {error[-600:]}")
         return {f"wheels/{p.name}": p.read_bytes() for p in Path(tmp).iterdir()}
 
 

@@ -5,8 +5,9 @@ unprivileged host user outside, ``nobody`` when repogym runs as root (:mod:`repo
 with no capabilities), the environment (cleared: only ``PATH``, ``HOME``, ``LANG``, ``TERM`` and what
 ``SandboxConfig.env`` sets), network (a new, empty network namespace), processes (own PID namespace;
 everything dies with the sandbox), IPC, and the filesystem: only what commands need is mounted, read-only:
-the system folders (:data:`SYSTEM_DIRS`: ``/usr``, ``/etc``, ``/lib*``, ``/bin``, ``/sbin``) and the
-interpreter's own prefix and virtual environment. Nothing else of the host is there: not the home folder,
+the system folders (:data:`SYSTEM_DIRS`: ``/usr``, ``/etc``, ``/lib*``, ``/bin``, ``/sbin``), the base
+interpreter's prefix and the task setup's own virtualenv (:mod:`repogym.envs.sandbox.local_env`: pytest and
+``setup.pip``; not the environment repogym runs in). Nothing else of the host is there: not the home folder,
 not ``/work`` or ``/opt``, not the project's checkout, repogym's cache or the task files (their gold patches
 and hidden tests), except the interpreter's folders inside them. The only writable places are the sandbox's
 own copy of the repository at ``/repo``, a private ``/tmp`` and ``/dev/shm`` (``/dev`` itself is
@@ -17,9 +18,8 @@ of its own, nested in the sandbox's, so ``kill -9 -1`` cannot reach the runner.
 Limits: process count, memory and CPU through a cgroup of the sandbox's own (:mod:`repogym.envs.sandbox.cgroups`)
 when this process may make one (root, or a delegated cgroup tree); otherwise none, and ``limits`` says so.
 Files of /etc the world may not read (``/etc/shadow``, keys) are covered with empty ones. Does not isolate:
-the kernel, and read access to the system folders and the interpreter's environment (so a package
-installed there, say the original of the project under test, is visible: ``repogym validate`` checks for
-that).
+the kernel, and read access to the system folders (so a package installed there system-wide, say the
+original of the project under test, is visible: ``repogym validate`` checks for that).
 """
 from __future__ import annotations
 
@@ -38,12 +38,14 @@ from pathlib import Path
 from repogym.envs.errors import RunnerExited, RunnerTimeout, SandboxError, SandboxUnavailable
 from repogym.envs.sandbox.base import INSIDE_DIR, REPO_DIR, WRITABLE, RunnerClient, SandboxConfig
 from repogym.envs.sandbox.cgroups import Cgroup, parse_bytes
+from repogym.envs.sandbox.local_env import ensure_local_env
 from repogym.envs.sandbox.local_launch import HOST_UID
 from repogym.envs.tasks.cache import cache_dir
 from repogym.envs.tasks.suites import task_repos_dir
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 INSIDE_MOUNT = "/.repogym"
+ENV_MOUNT = "/.repogym-python"  # the task setup's virtualenv (local_env.py)
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc")
 SANDBOX_UID = 1000  # the agent's uid inside; outside it is HOST_UID (run as root) or the caller's own uid
 LAUNCHER = Path(__file__).resolve().parent / "local_launch.py"
@@ -102,7 +104,8 @@ class LocalSandbox(RunnerClient):
     inside_dir = INSIDE_MOUNT
     scratch_dirs = ("/tmp", "/dev/shm")
 
-    def __init__(self, config: SandboxConfig | None = None):
+    def __init__(self, config: SandboxConfig | None = None, python_env: str | Path | None = None):
+        """``python_env``: the virtualenv commands run with (default: the one for an empty task setup)."""
         super().__init__(config)
         why = available()
         if why:
@@ -115,7 +118,7 @@ class LocalSandbox(RunnerClient):
             self.limits = {"pids": self.config.pids, "memory": self.config.memory, "cpus": self.config.cpus}
         except OSError as exc:
             self.limits = {"none": f"no cgroup could be made here ({exc}); processes, memory and CPU are unlimited"}
-        python_prefix = Path(sys.prefix).resolve()
+        python_prefix = Path(python_env or ensure_local_env({})).resolve()
         binds: dict[str, str] = {}  # placeholder -> host folder, staged by the launcher when run as root
 
         def ro_bind(source: Path | str, dest: Path | str) -> list[str]:
@@ -145,10 +148,10 @@ class LocalSandbox(RunnerClient):
         for path in ("/tmp", REPO_DIR, "/dev/shm"):
             cmd += ["--size", str(parse_bytes(LOCAL_WRITABLE[path])), "--tmpfs", path]
         cmd += ["--remount-ro", "/dev"]
-        # The interpreter that runs tests (a venv, maybe in the project's checkout, the home folder or under
-        # the host's /tmp) is mounted, read-only, too; hidden paths inside what is mounted are emptied, and a
-        # prefix inside a hidden path is put back on top.
-        prefixes = sorted({python_prefix, Path(sys.base_prefix).resolve()})
+        # The base interpreter the virtualenv points to (maybe under /opt, /usr/local or a home folder) is
+        # mounted, read-only, too; hidden paths inside what is mounted are emptied, and a prefix inside a
+        # hidden path is put back on top.
+        prefixes = [Path(sys.base_prefix).resolve()]
         for prefix in prefixes:
             if not any(prefix.is_relative_to(m) for m in mounted):
                 cmd += ro_bind(prefix, prefix)
@@ -161,12 +164,14 @@ class LocalSandbox(RunnerClient):
                 cmd += ro_bind(prefix, prefix)
         # The root is bwrap's tmpfs holding the /bin, /lib symlinks: read-only, or `rm -rf /` breaks every exec.
         # The environment is cleared: nothing of the host's (tokens, keys) reaches the sandbox.
-        cmd += [*ro_bind(INSIDE_DIR, INSIDE_MOUNT), "--remount-ro", "/", "--chdir", REPO_DIR, "--clearenv"]
-        for key, value in {"HOME": "/tmp", "PATH": f"{python_prefix}/bin:/usr/local/bin:/usr/bin:/bin",
+        # The task's virtualenv at a fixed place of its own (the cache may be anywhere, /tmp included).
+        cmd += [*ro_bind(python_prefix, ENV_MOUNT), *ro_bind(INSIDE_DIR, INSIDE_MOUNT), "--remount-ro", "/",
+                "--chdir", REPO_DIR, "--clearenv"]
+        for key, value in {"HOME": "/tmp", "PATH": f"{ENV_MOUNT}/bin:/usr/local/bin:/usr/bin:/bin",
                            "LANG": "C.UTF-8", "TERM": "dumb", "PYTHONDONTWRITEBYTECODE": "1", "REPOGYM_NEST": "1",
                            **self.config.env}.items():
             cmd += ["--setenv", key, value]
-        cmd += [sys.executable, "-I", f"{INSIDE_MOUNT}/runner.py", REPO_DIR]
+        cmd += [f"{ENV_MOUNT}/bin/python", "-I", f"{INSIDE_MOUNT}/runner.py", REPO_DIR]
         spec = {"procs": self.cgroup.procs_files if self.cgroup is not None else [], "binds": binds,
                 "stage": str(STAGE_DIR), "uid": HOST_UID if os.geteuid() == 0 else None}
         if os.geteuid() == 0:

@@ -43,6 +43,9 @@ def _demote_repository():
 
 
 _demote_repository()
+# The launcher's own folder is not an import root (what -P does for the inner process on 3.11+; -I for the outer).
+_HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.realpath(os.path.abspath(p or ".")) != _HERE]
 
 import ctypes  # noqa: E402  (imported only once the repository cannot shadow them)
 import hashlib  # noqa: E402
@@ -81,7 +84,9 @@ def outer(mode, args):
                 "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": "",
                 "REPOGYM_STREAM_FD": str(stream_w)})
     env.pop("PYTHONSTARTUP", None)
-    child = subprocess.Popen([sys.executable, "-P", os.path.realpath(__file__), "--inner", mode, *args],
+    # -P exists from 3.11; before it the launcher takes its own folder off sys.path itself (above).
+    safe_path = ["-P"] if sys.version_info >= (3, 11) else []
+    child = subprocess.Popen([sys.executable, *safe_path, os.path.realpath(__file__), "--inner", mode, *args],
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              pass_fds=(stream_w,), env=env)
     os.close(stream_w)

@@ -1,0 +1,89 @@
+"""The local backend's interpreters: one virtualenv per task setup, never the host's own packages.
+
+A local sandbox runs commands and tests with a virtualenv made for its task's ``setup``, not with the
+environment repogym itself runs in, whose site-packages could hold anything (a newer release of the very
+project under test, with the fix in it). The virtualenv has this interpreter's Python, pytest (the version
+repogym runs with, unless ``setup.pip`` pins one) and ``setup.pip``, installed from a host-side wheelhouse
+that ``pip download`` fills (binary wheels only, as the Docker images get them; ``REPOGYM_WHEELHOUSE`` names a
+folder of wheels to use, and fill, instead, e.g. one filled beforehand for a machine offline). Made once per setup under
+the cache (``local-envs/<key>``): built beside it and renamed into place, so a build that dies leaves
+nothing half-made and concurrent builders agree on one. Sandboxes mount it at ``/.repogym-python``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from repogym.envs.errors import ConfigError, SandboxError
+from repogym.envs.sandbox.wheelhouse import download_wheels
+from repogym.envs.tasks.cache import cache_dir
+
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def requirements_of(setup: dict[str, Any]) -> list[str]:
+    """What a setup's virtualenv installs: pytest (unless pinned by ``setup.pip``), then ``setup.pip``."""
+    pip = [str(p) for p in setup.get("pip") or []]
+    names = {re.match(r"\s*([A-Za-z0-9._-]*)", p).group(1).lower().replace("_", "-") for p in pip}
+    return ([] if "pytest" in names else [f"pytest=={version('pytest')}"]) + pip
+
+
+def env_key(setup: dict[str, Any]) -> str:
+    """Setups with the same key share a virtualenv (same Python, same requirements)."""
+    key = json.dumps({"python": PYTHON, "requirements": requirements_of(setup)}, sort_keys=True)
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def ensure_local_env(setup: dict[str, Any] | None = None) -> Path:
+    """The virtualenv for ``setup`` (its prefix), made on first use."""
+    setup = setup or {}
+    root = cache_dir() / "local-envs"
+    target = root / env_key(setup)
+    if (target / "pyvenv.cfg").is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
+    try:
+        building.chmod(0o755)  # the sandbox's unprivileged user runs it
+        _make(building, requirements_of(setup))
+        try:
+            os.rename(building, target)
+        except OSError:  # another process made it first: theirs is as good
+            if not (target / "pyvenv.cfg").is_file():
+                raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return target
+
+
+def _make(prefix: Path, requirements: list[str]) -> None:
+    base = Path(sys.base_prefix) / "bin" / f"python{PYTHON}"
+    made = subprocess.run([str(base), "-m", "venv", "--without-pip", "--clear", str(prefix)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        raise SandboxError("sandbox.local.env", f"could not make a virtualenv with {base}: {made.stderr.strip()[-600:]}")
+    wheelhouse = Path(os.environ.get("REPOGYM_WHEELHOUSE") or cache_dir() / "wheelhouse" / PYTHON)
+    fetch_error = download_wheels(requirements, PYTHON, wheelhouse)
+    installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(prefix / "bin" / "python"), "install",
+                                "-q", "--no-index", "--find-links", str(wheelhouse), *requirements],
+                               capture_output=True, text=True)
+    if installed.returncode != 0:  # the wheelhouse cannot serve them: say why the download did not either
+        why = fetch_error or installed.stderr.strip()
+        raise ConfigError(f"could not install {requirements} for the local sandbox (binary wheels for Python "
+                          f"{PYTHON}): {why[-600:]}")
+    # Sandboxes mount the env elsewhere (and it is renamed into place): scripts find python on PATH instead.
+    for script in (prefix / "bin").iterdir():
+        if script.is_file() and not script.is_symlink():
+            head, _, rest = script.read_bytes().partition(b"\n")
+            if head.startswith(b"#!") and str(prefix).encode() in head:
+                script.write_bytes(b"#!/usr/bin/env python\n" + rest)
