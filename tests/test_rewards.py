@@ -75,6 +75,21 @@ def test_validate_task_accepts_a_good_task_and_flags_a_wrong_one(factory, tiny_t
     assert any("PASS_TO_PASS fails at the base" in p for p in verdict.problems)
 
 
+def test_a_task_whose_fix_is_in_the_test_framework_is_refused_not_graded(tiny_task):
+    # pytest-dev/pytest: the fix is in src/_pytest, which the tamper filter drops from any patch.
+    from dataclasses import replace
+    fix = ("diff --git a/src/_pytest/python.py b/src/_pytest/python.py\n--- a/src/_pytest/python.py\n"
+           "+++ b/src/_pytest/python.py\n@@ -1 +1 @@\n-a = 1\n+a = 2\n")
+    task = replace(tiny_task, repo="pytest-dev/pytest", patch=fix + tiny_task.patch)
+
+    def no_sandbox():
+        raise AssertionError("a task that cannot be graded safely is not graded")
+
+    verdict = validate_task(task, no_sandbox)
+    assert not verdict.ok and verdict.reasons == ["harness_code"]
+    assert "src/_pytest/python.py" in verdict.problems[0]
+
+
 def test_every_grading_plants_fresh_canaries_and_lists_each_guard(factory, tiny_task):
     first, second = grade(tiny_task, tiny_task.patch, factory), grade(tiny_task, "", factory)
     assert first.status == Status.RESOLVED and second.status == Status.UNRESOLVED

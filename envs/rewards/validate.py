@@ -3,7 +3,8 @@
 Per task: grade the gold patch once and the empty patch three times (the baseline), and run the no-leak
 check (:func:`repogym.envs.rewards.leaks.find_leaks`) in a sandbox made as an episode's would be. Problems found:
 gold not resolved; a FAIL_TO_PASS test passing at base; a PASS_TO_PASS test failing at base; a way to the
-fix inside the agent's sandbox (``leak: ...``); tests whose baseline outcome changes between runs (flaky);
+fix inside the agent's sandbox (``leak: ...``); a gold patch in code the harness imports (the repository is
+the test framework, pytest-dev/pytest: not graded safely, so not graded); tests whose baseline outcome changes between runs (flaky);
 infrastructure errors (reported apart, not as task bugs). Each verdict also names its failed checks in
 ``reasons`` (short keys of :data:`REASONS`), so a caller such as the task generator can count drops by kind.
 """
@@ -18,8 +19,10 @@ from typing import Callable
 from repogym.envs.errors import InfraError
 from repogym.envs.rewards.evaluate import grade
 from repogym.envs.rewards.leaks import find_leaks
+from repogym.envs.rewards.tamper import is_shadow_path
 from repogym.envs.sandbox.base import Sandbox
 from repogym.envs.status import Status
+from repogym.envs.tasks.patches import touched_paths
 from repogym.envs.tasks.schema import Task
 
 BASELINE_RUNS = 3
@@ -31,6 +34,9 @@ REASONS = {
     "leak": "the agent's sandbox holds a way to the fix (the no-leak check)",
     "flaky": "a test's baseline outcome changes between runs",
     "infra_error": "the checks could not run (infrastructure, not the task)",
+    "harness_code": "the gold patch changes code the harness itself imports (pytest, pluggy, py or a module "
+                    "named like the standard library: the repository is the test framework); the tamper filter "
+                    "drops such changes, so the task cannot be graded safely",
 }
 """The checks a verdict can fail, by the key it names them with in :attr:`Validation.reasons`."""
 
@@ -66,6 +72,11 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
     ``make_agent_sandbox`` (default: ``make_sandbox``), which should make sandboxes as episodes get them."""
     start = time.monotonic()
     result = Validation(task.instance_id)
+    harness = sorted(p for p in touched_paths(task.patch) if is_shadow_path(p))
+    if harness:  # grading would drop the fix itself: say so rather than report a gold patch that fails
+        result.fail("harness_code", f"gold patch changes what the harness imports: {harness[:5]}")
+        result.duration_s = time.monotonic() - start
+        return result
     gold = grade(task, task.patch, make_sandbox)
     baselines = [grade(task, "", make_sandbox) for _ in range(runs)]
     for label, record in [("gold", gold)] + [(f"baseline {i + 1}", r) for i, r in enumerate(baselines)]:
