@@ -33,6 +33,32 @@ def test_validate_one_task_from_a_file(tmp_path, capsys, tiny_task):
     assert "FAIL" in capsys.readouterr().out
 
 
+def test_validate_resumes_from_its_results_and_tables_the_causes(tmp_path, capsys, tiny_task):
+    # Two tasks: one valid, one whose environment cannot be made here (the local sandbox runs one Python).
+    path, results = tmp_path / "two.jsonl", tmp_path / "verdicts.jsonl"
+    other = dict(tiny_task.to_dict(), instance_id="tiny__calc-py39", setup={**tiny_task.setup, "python": "3.9"})
+    path.write_text(json.dumps(tiny_task.to_dict()) + "\n" + json.dumps(other) + "\n")
+    assert main(["validate", "--tasks", str(path), "--sandbox", "local", "--results", str(results)]) == 1
+    out = capsys.readouterr().out
+    assert "1/2 tasks valid" in out and "[2/2]" in out
+    table = {line.split()[0]: int(line.split()[1]) for line in out.splitlines() if line.startswith("  ")
+             and len(line.split()) > 1 and line.split()[1].isdigit()}
+    assert table == {"valid": 1, "env_build": 1}
+    assert "needs Python 3.9" in out
+    verdicts = [json.loads(line) for line in results.read_text().splitlines()]
+    assert sorted(v["instance_id"] for v in verdicts) == ["tiny__calc-1", "tiny__calc-py39"]
+    # A rerun validates nothing again (a torn last line from a killed run is ignored) and keeps the summary.
+    results.write_text(results.read_text() + '{"instance_id": "tiny__calc-')
+    assert main(["validate", "--tasks", str(path), "--sandbox", "local", "--results", str(results)]) == 1
+    out = capsys.readouterr().out
+    assert "validating 0 task(s)" in out and "2 already in" in out and "1/2 tasks valid" in out
+    # Resuming after the torn line: a new task's verdict lands on a line of its own.
+    third = dict(other, instance_id="tiny__calc-py39-b")
+    path.write_text(path.read_text() + json.dumps(third) + "\n")
+    assert main(["validate", "--tasks", str(path), "--sandbox", "local", "--results", str(results)]) == 1
+    assert json.loads(results.read_text().splitlines()[-1])["instance_id"] == "tiny__calc-py39-b"
+
+
 def test_demo_runs_oracle_and_null(tmp_path, capsys):
     assert main(["demo", "--limit", "2", "--sandbox", "local", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -34,6 +34,7 @@ REASONS = {
     "leak": "the agent's sandbox holds a way to the fix (the no-leak check)",
     "flaky": "a test's baseline outcome changes between runs",
     "infra_error": "the checks could not run (infrastructure, not the task)",
+    "env_build": "the task's environment could not be made (its image, wheels or Python version)",
     "harness_code": "the gold patch changes code the harness itself imports (pytest, pluggy, py or a module "
                     "named like the standard library: the repository is the test framework); the tamper filter "
                     "drops such changes, so the task cannot be graded safely",
@@ -117,10 +118,16 @@ def validate_tasks(tasks: list[Task], factory_for: Callable[[Task], Callable[[],
                    agent_factory_for: Callable[[Task], Callable[[], Sandbox]] | None = None) -> list[Validation]:
     """Validate many tasks, ``workers`` at a time; ``on_result`` sees each verdict as it lands.
 
-    ``agent_factory_for``: sandboxes for the no-leak check, made as episodes get them (default: ``factory_for``)."""
+    ``agent_factory_for``: sandboxes for the no-leak check, made as episodes get them (default: ``factory_for``).
+    A task whose factory cannot be made (its environment does not build) gets an ``env_build`` verdict."""
     def one(task: Task) -> Validation:
-        verdict = validate_task(task, factory_for(task),
-                                make_agent_sandbox=(agent_factory_for or factory_for)(task))
+        try:
+            make, make_agent = factory_for(task), (agent_factory_for or factory_for)(task)
+        except Exception as exc:  # one task's environment, not the whole run: a verdict like the others
+            verdict = Validation(task.instance_id)
+            verdict.fail("env_build", f"environment not built: {type(exc).__name__}: {exc}"[:1200])
+        else:
+            verdict = validate_task(task, make, make_agent_sandbox=make_agent)
         if on_result:
             on_result(verdict)
         return verdict

@@ -3,6 +3,8 @@ fresh agent sandbox holds no way to the fix (the no-leak check)."""
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 
 from repogym.envs.sandbox import BACKENDS
@@ -21,6 +23,9 @@ def add_parser(sub) -> None:
                         help="backend (default: docker when a daemon answers, else local)")
     parser.add_argument("--task", action="append", default=[], help="only this task id (repeatable)")
     parser.add_argument("--workers", type=int, default=2, help="tasks validated at once (default 2)")
+    parser.add_argument("--results", default=None, metavar="FILE",
+                        help="append each verdict to this JSONL file as it lands, and skip the tasks it already "
+                             "holds (resume a long run; the summary counts them)")
     parser.set_defaults(func=run)
 
 
@@ -38,6 +43,14 @@ def run(args) -> int:
         if unknown:
             raise ConfigError(f"no such task(s): {sorted(unknown)}")
         tasks = [t for t in tasks if t.instance_id in args.task]
+    done = _read_results(args.results) if args.results else {}
+    if args.results and os.path.exists(args.results) and os.path.getsize(args.results):
+        with open(args.results, "rb+") as fh:  # end a torn last line, so the next verdict starts a line
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+    total = len(tasks)
+    tasks = [t for t in tasks if t.instance_id not in done]
     backend = args.sandbox or default_backend()
     lock = threading.Lock()
     factories = {}
@@ -53,16 +66,51 @@ def run(args) -> int:
 
     def show(v):
         with lock:
+            done[v.instance_id] = {"instance_id": v.instance_id, "ok": v.ok, "reasons": v.reasons,
+                                   "problems": v.problems, "infra_errors": v.infra_errors}
+            if args.results:
+                with open(args.results, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(done[v.instance_id]) + "\n")
             mark = "ok  " if v.ok else ("INFRA" if v.infra_errors else "FAIL")
-            print(f"{mark} {v.instance_id} ({v.duration_s:.1f}s)", flush=True)
+            print(f"[{len(done)}/{total}] {mark} {v.instance_id} ({v.duration_s:.1f}s)", flush=True)
             for line in v.problems + [f"flaky: {t}" for t in v.flaky] + v.infra_errors:
                 print(f"     {line}", flush=True)
 
-    print(f"validating {len(tasks)} task(s) on the {backend} sandbox")
+    skipped = f" ({total - len(tasks)} already in {args.results})" if total > len(tasks) else ""
+    print(f"validating {len(tasks)} task(s) on the {backend} sandbox{skipped}")
     verdicts = validate_tasks(tasks, factory_for, workers=args.workers, on_result=show,
                               agent_factory_for=lambda task: factory_for(task, agent=True))
-    bad = [v for v in verdicts if not v.ok]
     flaky = sum(len(v.flaky) for v in verdicts)
-    print(f"{len(verdicts) - len(bad)}/{len(verdicts)} tasks valid; {flaky} flaky test(s); "
-          f"{sum(bool(v.infra_errors) for v in verdicts)} with infrastructure errors")
-    return 1 if bad else 0
+    print(f"{sum(r['ok'] for r in done.values())}/{len(done)} tasks valid; {flaky} flaky test(s) this run")
+    _print_table(done)
+    return 1 if any(not r["ok"] for r in done.values()) else 0
+
+
+def _read_results(path: str) -> dict[str, dict]:
+    """The verdicts already in a results file (a torn last line, from a killed run, is ignored)."""
+    found: dict[str, dict] = {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    record = json.loads(line)
+                    found[record["instance_id"]] = record
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue
+    except FileNotFoundError:
+        pass
+    return found
+
+
+def _print_table(results: dict[str, dict]) -> None:
+    """Verdicts by outcome: valid, then each failed check with its count and a first example."""
+    from repogym.envs.rewards.validate import REASONS
+    rows = [("valid", sum(r["ok"] for r in results.values()), "")]
+    for reason in REASONS:
+        hits = [r for r in results.values() if reason in r.get("reasons", [])]
+        if hits:
+            example = (hits[0].get("problems") or hits[0].get("infra_errors") or [""])[0]
+            rows.append((reason, len(hits), f"{hits[0]['instance_id']}: {example}"[:110]))
+    width = max(len(name) for name, _, _ in rows)
+    for name, count, example in rows:
+        print(f"  {name:<{width}}  {count:>5}  {example}")
