@@ -52,6 +52,27 @@ def test_bad_field_names_line_and_field(tmp_path, change, field, words):
     assert words in str(err.value) and "bad.jsonl:2" in str(err.value)
 
 
+@pytest.mark.parametrize("text, level", [("<15 min fix", 1), ("15 min - 1 hour", 2), ("1-4 hours", 4),
+                                         (">4 hours", 5)])
+def test_swebench_verified_difficulty_text_maps_and_round_trips(tmp_path, text, level):
+    path = write_jsonl(tmp_path / "verified.jsonl", [{**SWEBENCH, "difficulty": text}])
+    [task] = load_tasks(path)
+    assert task.difficulty == level and task.extra["difficulty_text"] == text
+    assert task.public_view()["difficulty"] == level
+    save_tasks([task], tmp_path / "out.jsonl")
+    saved = json.loads((tmp_path / "out.jsonl").read_text())
+    assert saved["difficulty"] == level and saved["difficulty_text"] == text
+    assert load_tasks(tmp_path / "out.jsonl") == [task]
+
+
+def test_unknown_difficulty_text_lists_the_buckets(tmp_path):
+    path = write_jsonl(tmp_path / "bad.jsonl", [{**SWEBENCH, "difficulty": "2 days"}])
+    with pytest.raises(TaskFileError) as err:
+        load_tasks(path)
+    assert err.value.field == "difficulty" and err.value.line == 1
+    assert "'2 days'" in str(err.value) and "'<15 min fix', '15 min - 1 hour', '1-4 hours', '>4 hours'" in str(err.value)
+
+
 def test_missing_field_and_bad_json_and_duplicates(tmp_path):
     record = dict(SWEBENCH)
     del record["problem_statement"]

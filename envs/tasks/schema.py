@@ -5,6 +5,11 @@ A task is a SWE-bench instance (``instance_id``, ``repo``, ``base_commit``, ``pr
 ``test_command``). SWE-bench and SWE-Gym files load unchanged: list fields given as JSON-encoded strings
 are decoded, our fields take defaults when missing, and unknown fields are kept in ``extra`` so that
 saving a loaded file loses nothing.
+
+``difficulty`` is an integer 1..5, or one of SWE-bench Verified's time buckets (:data:`DIFFICULTY_BUCKETS`),
+which loads as its integer with the text kept in ``extra["difficulty_text"]``: a saved record holds both, so it
+loads back to the same task. Other datasets' row shapes (SWE-smith, R2E-Gym, ...) are converted by
+:mod:`repogym.envs.tasks.datasets`.
 """
 
 from __future__ import annotations
@@ -13,13 +18,22 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from repogym.envs.errors import TaskFileError
 
 DEFAULT_TEST_COMMAND = "python -m pytest -q -p no:cacheprovider"
 SWEBENCH_OPTIONAL = ("hints_text", "created_at", "version", "environment_setup_commit")
 REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement")
+# SWE-bench Verified's annotators estimated the time an experienced engineer needs for the fix. The buckets
+# widen (an hour, three hours, open-ended), so they map onto our 1..5 scale with gaps: 3 stays "unknown".
+DIFFICULTY_BUCKETS = {
+    "<15 min fix": 1,
+    "15 min - 1 hour": 2,
+    "1-4 hours": 4,
+    ">4 hours": 5,
+}
+"""SWE-bench Verified's ``difficulty`` text -> our integer difficulty."""
 
 
 @dataclass
@@ -93,11 +107,9 @@ class Task:
                 kwargs[name] = record[name]
         for name in ("FAIL_TO_PASS", "PASS_TO_PASS"):
             kwargs[name] = _test_list(record.get(name, []), name, path, line)
+        difficulty_text = None
         if "difficulty" in record and record["difficulty"] is not None:
-            value = record["difficulty"]
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 5:
-                raise fail("difficulty", f"expected an integer 1..5, got {value!r}")
-            kwargs["difficulty"] = value
+            kwargs["difficulty"], difficulty_text = _difficulty(record["difficulty"], fail)
         if "setup" in record and record["setup"] is not None:
             if not isinstance(record["setup"], dict):
                 raise fail("setup", f"expected an object, got {type(record['setup']).__name__}")
@@ -106,7 +118,22 @@ class Task:
             raise fail("test_command", "expected a non-empty command")
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs["extra"] = {k: v for k, v in record.items() if k not in known}
+        if difficulty_text is not None:
+            kwargs["extra"]["difficulty_text"] = difficulty_text
         return cls(**kwargs)
+
+
+def _difficulty(value: Any, fail: Callable[[str, str], TaskFileError]) -> tuple[int, str | None]:
+    """The integer difficulty, and the dataset's text when it was given as a bucket."""
+    if isinstance(value, str):
+        if value.strip() in DIFFICULTY_BUCKETS:
+            return DIFFICULTY_BUCKETS[value.strip()], value
+        known = ", ".join(repr(b) for b in DIFFICULTY_BUCKETS)
+        raise fail("difficulty", f"unknown difficulty bucket {value!r:.60}: expected an integer 1..5 or one of "
+                                 f"SWE-bench Verified's buckets {known}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 5:
+        raise fail("difficulty", f"expected an integer 1..5, got {value!r:.60}")
+    return value, None
 
 
 def _test_list(value: Any, name: str, path: str, line: int | None) -> list[str]:

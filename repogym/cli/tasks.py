@@ -1,10 +1,11 @@
-"""``repogym tasks list | suites | recipes | generate | build | build-builtin``: the task suites."""
+"""``repogym tasks list | suites | recipes | generate | build | build-builtin | import``: the task suites."""
 
 from __future__ import annotations
 
 import json
 
 from repogym.envs.sandbox import BACKENDS
+from repogym.envs.tasks.datasets import DATASET_KINDS
 
 
 def add_parser(sub) -> None:
@@ -55,6 +56,17 @@ def add_parser(sub) -> None:
     recipes = tsub.add_parser("recipes", help="list the suite recipes",
                               description="List the suite recipes: name, source project, seed and task count.")
     recipes.set_defaults(func=run_recipes)
+    imp = tsub.add_parser("import", help="convert a dataset file (SWE-bench, SWE-smith, R2E-Gym...) into a suite",
+                          description="Convert a dataset file (.jsonl, .json or .parquet) into a repogym task file: "
+                                      "each row's dataset is detected from its fields (SWE-bench, SWE-bench Verified, "
+                                      "SWE-Gym, SWE-rebench, SWE-smith, R2E-Gym; see docs/datasets.md), fields repogym "
+                                      "has no place for are kept. Parquet needs pip install 'repogym[datasets]'.")
+    imp.add_argument("file", metavar="DATASET_FILE", help="the dataset file (.jsonl, .json or .parquet)")
+    imp.add_argument("--out", required=True, help="output JSONL task file (a suite for --tasks / --suite)")
+    imp.add_argument("--dataset", choices=DATASET_KINDS, default=None,
+                     help="read every row as this dataset instead of detecting it (swe-gym: SWE-Gym's image names)")
+    imp.add_argument("--limit", type=int, default=None, help="import the first N rows only")
+    imp.set_defaults(func=run_import)
 
 
 def run_list(args) -> int:
@@ -85,13 +97,14 @@ def run_suites(args) -> int:
     return 0
 
 
-def progress_bar(source: str, kept: int, wanted: int, invalid: dict[str, int] | None = None) -> None:
+def progress_bar(source: str, kept: int, wanted: int, invalid: dict[str, int] | None = None, *,
+                 unit: str = "tasks") -> None:
     """A one-line progress bar on stderr, with the tasks validation dropped so far."""
     import sys
     width = 30
     filled = int(width * min(kept, wanted) / max(1, wanted))
     dropped = f", dropped: {_by_reason(invalid)}" if invalid else ""
-    sys.stderr.write(f"\r{source[:40]:<40} [{'#' * filled}{'.' * (width - filled)}] {kept}/{wanted} tasks{dropped}\033[K")
+    sys.stderr.write(f"\r{source[:40]:<40} [{'#' * filled}{'.' * (width - filled)}] {kept}/{wanted} {unit}{dropped}\033[K")
     sys.stderr.flush()
 
 
@@ -146,3 +159,34 @@ def run_recipes(args) -> int:
         source, config = load_recipe(name)
         print(f"{name}\t{source}\tseed={config.seed}\tmax_tasks={config.max_tasks}")
     return 0
+
+
+def run_import(args) -> int:
+    """Convert a dataset file into a task file; a bad row stops it with its line and field (exit status 2)."""
+    import sys
+    from collections import Counter
+    from pathlib import Path
+
+    from repogym.envs.errors import ConfigError
+    from repogym.envs.tasks.datasets import load_dataset
+    from repogym.envs.tasks.schema import save_tasks
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"expected a positive --limit, got {args.limit}")
+    shown = []  # the bar is drawn only for files long enough to wait on
+
+    def progress(rows: int, total: int) -> None:
+        if total >= 1000:
+            shown.append(True)
+            progress_bar(Path(args.file).name, rows, total, unit="rows")
+
+    try:
+        tasks = load_dataset(args.file, dataset=args.dataset, limit=args.limit, progress=progress)
+    finally:
+        if shown:
+            sys.stderr.write("\n")
+    save_tasks(tasks, args.out)
+    counts = Counter(t.extra.get("dataset", "repogym") for t in tasks)
+    print(f"imported {len(tasks)} tasks from {args.file}: "
+          + (", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())) or "the file has no rows"))
+    print(f"wrote {args.out}")
+    return 0 if tasks else 1
