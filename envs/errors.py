@@ -64,6 +64,11 @@ class SandboxUnavailable(SandboxError):
     """A backend cannot run on this machine (no Docker daemon, no bubblewrap)."""
 
 
+class InstallFailed(InfraError):
+    """A task's install steps failed in a freshly loaded tree, before the agent acted: its environment cannot
+    install the repository (a missing wheel, a Python the project does not support)."""
+
+
 class SandboxKilledByAgent(RepogymError):
     """The agent's own commands killed the sandbox (its runner, its container's processes).
 

@@ -412,7 +412,10 @@ class RepoTaskEnv(gym.Env):
     def _intro(self, task: Task) -> str:
         tools = "\n".join(f"- {t.name}({', '.join(t.parameters.get('properties', {}))}): {t.description}"
                           for t in map(TOOLS.resolve, TOOLS))
-        return (f"You are fixing an issue in the repository {task.repo}, checked out at /repo "
+        # The prompt of a /repo sandbox stays byte for byte what it was (golden trajectories hold it).
+        where = getattr(self._sandbox, "repo_dir", "/repo")
+        where = "/repo" if where == "/repo" else f"{where} (also reachable as /repo)"
+        return (f"You are fixing an issue in the repository {task.repo}, checked out at {where} "
                 f"(the current directory).\n\n<issue>\n{task.problem_statement.strip()}\n</issue>\n\n"
                 f"Tools:\n{tools}\n\nEach turn, {FORMAT_HINT}. You have {self.config.max_turns} turns. "
                 "Your changes are graded by running the project's tests, including tests you cannot see; "

@@ -126,3 +126,12 @@ def test_replay_agent_plays_back_a_trajectory(tmp_path, tiny_task):
         assert first.status == again.status == "resolved" and again.turns == first.turns == 2
     finally:
         env.close()
+
+
+def test_validate_names_a_task_whose_repository_is_missing(tmp_path, capsys, tiny_task):
+    path = tmp_path / "gone.jsonl"
+    gone = dict(tiny_task.to_dict(), instance_id="tiny__gone", setup={"source": f"path:{tmp_path / 'nowhere'}"})
+    path.write_text(json.dumps(gone) + "\n")
+    assert main(["validate", "--tasks", str(path), "--sandbox", "local"]) == 1
+    out = capsys.readouterr().out
+    assert "no_source" in out and "repository not available" in out and "nowhere" in out

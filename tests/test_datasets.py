@@ -8,7 +8,8 @@ import pytest
 
 from repogym.cli import main
 from repogym.envs.errors import ConfigError, TaskFileError
-from repogym.envs.tasks.datasets import detect, load_dataset, new_files_patch, reverse_patch
+from repogym.envs.tasks.datasets import detect, load_dataset
+from repogym.envs.tasks.patches import new_files_patch, reverse_patch
 from repogym.envs.tasks.schema import load_tasks, save_tasks
 
 # --- rows shaped as the published datasets' (fields, types, encodings), contents cut short ---------------
@@ -370,3 +371,40 @@ def test_import_command_shows_progress_on_long_files(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "200/1200 rows" in captured.err and "1200/1200 rows" in captured.err and captured.err.endswith("\n")
     assert "imported 1200 tasks" in captured.out
+
+
+def test_known_swebench_repos_get_the_builtin_environment(tmp_path):
+    sympy = {**VERIFIED, "repo": "sympy/sympy", "instance_id": "sympy__sympy-13877", "version": "1.1"}
+    rows = write_jsonl(tmp_path / "verified.jsonl", [VERIFIED, DJANGO, sympy])
+    astropy, django, sympy_task = load_dataset(rows)
+    assert "image" in astropy.setup and "runner" not in astropy.setup  # builds C extensions: the dataset's image
+    assert django.setup == {"python": "3.9", "pip": ["asgiref==3.4.1", "pytz==2023.3", "sqlparse==0.4.4"],
+                            "install": "python -m pip install -e .", "runner": "django"}
+    assert django.test_command == "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1"
+    assert django.extra["dataset_image"] == "swebench/sweb.eval.x86_64.django_1776_django-11099:latest"
+    assert sympy_task.setup["runner"] == "sympy" and sympy_task.test_command.endswith("bin/test -C --verbose")
+    _, imaged, _ = load_dataset(rows, environments="images")
+    assert imaged.setup == {"workdir": "/testbed", "image": django.extra["dataset_image"]}
+    assert load_tasks(_saved(tmp_path, [django]))[0] == django  # the built-in environment is saved with the task
+    with pytest.raises(ConfigError, match="unknown environments choice 'conda'"):
+        load_dataset(rows, environments="conda")
+
+
+def _saved(tmp_path, tasks):
+    path = tmp_path / "saved.jsonl"
+    save_tasks(tasks, path)
+    return path
+
+
+def test_import_command_skips_invalid_rows_and_checks_mirrors(tmp_path, capsys):
+    bad = write_jsonl(tmp_path / "mixed.jsonl", [VERIFIED, {**DJANGO, "difficulty": "a weekend"},
+                                                 {**DJANGO, "instance_id": "django__django-2"}, {"repo": "x/y"}])
+    mirrors = tmp_path / "mirrors"
+    mirrors.mkdir()
+    out = tmp_path / "suite.jsonl"
+    assert main(["tasks", "import", str(bad), "--out", str(out), "--skip-invalid", "--mirrors", str(mirrors)]) == 0
+    printed = capsys.readouterr().out
+    assert "imported 2 tasks" in printed and "environments: 1 built-in, 1 from the dataset's images" in printed
+    assert "skipped 2 invalid rows, by field: difficulty 1, instance_id 1" in printed
+    assert "mirrors: 0 of 2 tasks" in printed and "no mirror: astropy/astropy 1, django/django 1" in printed
+    assert [t.instance_id for t in load_tasks(out)] == ["astropy__astropy-12907", "django__django-2"]

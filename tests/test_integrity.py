@@ -331,6 +331,23 @@ def test_the_leak_check_finds_a_planted_fix_on_disk_and_in_git(factory, tiny_tas
     assert "commits (expected 1)" in text and "extra refs" in text and "line(s) of the gold patch" in text
 
 
+def test_a_few_short_common_lines_in_a_library_are_not_a_leak(factory, tiny_task):
+    # A real fix adds many short lines; a big library holds a couple of them by chance (pandas has
+    # ``return self.copy()``), a copy of the fix holds most of them.
+    short = ["result = values.copy()", "return self.copy()", "name = self.name", "index = other.index",
+             "data = self.data", "key = str(key)"]
+    task = replace(tiny_task, patch=tiny_task.patch + "".join(f"+    {line}\n" for line in short))
+
+    def plant(count):
+        def load(inner):
+            inner.run("printf '%s\\n' " + " ".join(f"'{line}'" for line in short[:count]) + " > /tmp/library.py")
+        return lambda: Proxy(factory(), load=load)
+
+    assert find_leaks(task, plant(2), roots=["/tmp"]) == []
+    found = find_leaks(task, plant(4), roots=["/tmp"])
+    assert len(found) == 1 and found[0].startswith("/tmp/library.py holds 4 line(s) of the gold patch")
+
+
 def test_a_reset_leaves_none_of_the_last_episode_in_git(agent_factory, tiny_task):
     box = agent_factory()
     try:

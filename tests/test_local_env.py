@@ -48,7 +48,7 @@ def test_an_env_is_made_once_and_a_failed_build_leaves_nothing(monkeypatch):
     root = first.parent
     before = set(os.listdir(root))
 
-    def boom(prefix: Path, requirements):
+    def boom(prefix: Path, requirements, hook):
         (prefix / "half-made").write_text("")
         raise RuntimeError("killed mid-build")
 

@@ -14,7 +14,13 @@ copies of that test under fresh random names made of ordinary words:
   assertion, so an honest run always reaches it.
 
 When no test function can be found (a test that is not a plain function in a Python file), the must-fail
-canary goes into a new test file of its own. A canary that passes or is missing from the report trips the
+canary goes into a new test file of its own.
+
+Per runner (``envs/sandbox/testrun.py``): for **django** the FAIL_TO_PASS id ``name (module.Class)`` is the
+method ``Class.name`` of ``tests/<module>.py``; its must-fail copy is another method of that ``TestCase``
+(one ``assert`` between two numbers fails under unittest too), reported as ``copy (module.Class)``; a canary
+file of its own holds a ``unittest.TestCase``. For **sympy** a bare FAIL_TO_PASS name is looked for in the
+test files the run covers; the copies are module-level ``test_`` functions, reported as ``path::name``. A canary that passes or is missing from the report trips the
 ``canary`` guard (``envs/rewards/guards.py``).
 
 Not guaranteed: code that reads each test's source or bytecode could, in principle, recognise the
@@ -147,24 +153,79 @@ def canary_source(source: str, test_id: str, taken: set[str] | None = None) -> t
     return source.rstrip("\n") + "\n" + "".join(chunks), canaries
 
 
-def plant_canaries(sandbox: Sandbox, fail_to_pass: list[str]) -> tuple[list[Canary], list[str]]:
-    """Plant canaries beside the first FAIL_TO_PASS test they can copy; ``(canaries, files to run too)``."""
-    for test_id in fail_to_pass:
+def _django_module(path: str) -> str:
+    """The module Django's runner imports a file under ``tests/`` as: ``tests/foo/test_x.py`` -> ``foo.test_x``."""
+    path = path[len("tests/"):] if path.startswith("tests/") else path
+    return path[:-3].replace("/", ".") if path.endswith(".py") else path.replace("/", ".")
+
+
+def _reported_as(canary: Canary, runner: str) -> Canary:
+    """``canary`` with its id in the form ``runner`` reports (``path::Class::name`` -> ``name (module.Class)``)."""
+    if runner != "django":
+        return canary
+    path, *rest = canary.test_id.split("::")
+    owner, name = (rest[0], rest[1]) if len(rest) == 2 else ("", rest[-1])
+    return Canary(f"{name} ({_django_module(path)}{'.' + owner if owner else ''})", canary.kind)
+
+
+def _targets(fail_to_pass: list[str], runner: str, test_files: list[str]) -> list[str]:
+    """The FAIL_TO_PASS tests as ``path::[Class::]name`` ids a canary can be copied from, in order."""
+    if runner == "pytest":
+        return list(fail_to_pass)
+    if runner == "django":
+        from repogym.envs.rewards.ids import django_id
+        targets = []
+        for test_id in fail_to_pass:
+            canonical = django_id(test_id)
+            if canonical:
+                name, dotted = canonical[:-1].split(" (", 1)
+                module, _, owner = dotted.rpartition(".")
+                targets.append(f"tests/{module.replace('.', '/')}.py::{owner}::{name}")
+        return targets
+    # sympy: bare names, looked for in the test files the run covers.
+    return [tid if "::" in tid else f"{path}::{tid}" for tid in fail_to_pass for path in test_files]
+
+
+def _own_file(folder: PurePosixPath, runner: str) -> tuple[str, str, Canary]:
+    """``(path, source, canary)`` of a must-fail canary in a test file of its own, in ``folder``."""
+    name = _fresh_name(set())
+    path = str(folder / f"{name}.py")
+    a = secrets.randbelow(900) + 100
+    if runner == "django":
+        owner = _fresh_name(set(), "_").title().replace("_", "") + "Tests"
+        source = (f"import unittest\n\n\nclass {owner}(unittest.TestCase):\n    def {name}(self):\n"
+                  f"        assert {a} == {a + 1}\n")
+        return path, source, Canary(f"{name} ({_django_module(path)}.{owner})", "must_fail")
+    return path, f"def {name}():\n    assert {a} == {a + 1}\n", Canary(f"{path}::{name}", "must_fail")
+
+
+def plant_canaries(sandbox: Sandbox, fail_to_pass: list[str], *, runner: str = "pytest",
+                   test_files: list[str] | None = None) -> tuple[list[Canary], list[str]]:
+    """Plant canaries beside the first FAIL_TO_PASS test they can copy; ``(canaries, files to run too)``.
+
+    ``runner`` says how the ids read (``envs/sandbox/testrun.py``): django's ``name (module.Class)`` ids are
+    found in ``tests/<module>.py``; sympy's bare names in ``test_files`` (the files the run covers). The
+    canaries come back with ids in the runner's reported form.
+    """
+    test_files = list(test_files or [])
+    for test_id in _targets(fail_to_pass, runner, test_files):
         path = test_id.split("::", 1)[0]
         if not path.endswith(".py"):
             continue
         try:
             source = sandbox.read_file(path, limit=8 << 20).decode("utf-8")
-        except (FileNotFoundError, UnicodeDecodeError):
+        except (FileNotFoundError, UnicodeDecodeError, OSError):
             continue
         planted = canary_source(source, test_id)
         if planted:
             sandbox.write_file(path, planted[0].encode())
-            return planted[1], []
+            return [_reported_as(c, runner) for c in planted[1]], []
     # Nothing to copy: a must-fail canary in a test file of its own, beside the first FAIL_TO_PASS file.
-    folder = PurePosixPath(fail_to_pass[0].split("::", 1)[0]).parent if fail_to_pass else PurePosixPath(".")
-    name = _fresh_name(set())
-    path = str(folder / f"{name}.py")
-    a = secrets.randbelow(900) + 100
-    sandbox.write_file(path, f"def {name}():\n    assert {a} == {a + 1}\n".encode())
-    return [Canary(f"{path}::{name}", "must_fail")], [path]
+    first = next(iter(_targets(fail_to_pass, runner, test_files)), None) if runner != "pytest" else (
+        fail_to_pass[0] if fail_to_pass else None)
+    first = first or (test_files[0] if test_files else None)
+    folder = PurePosixPath(first.split("::", 1)[0]).parent if first else PurePosixPath(
+        "tests" if runner == "django" else ".")
+    path, source, canary = _own_file(folder, runner)
+    sandbox.write_file(path, source.encode())
+    return [canary], [path]

@@ -9,6 +9,14 @@ run the files that hold FAIL_TO_PASS and PASS_TO_PASS under the harness's launch
 (:func:`repogym.envs.sandbox.testrun.run_test_command`) and read its per-test report; cross-check the run
 (:mod:`repogym.envs.rewards.guards`).
 
+The task's runner (``task.setup["runner"]``: ``pytest``, ``django`` or ``sympy``; an unknown one is a
+:class:`ConfigError` before any sandbox starts) decides what runs (:func:`run_targets`): pytest the files of
+the ids; django the test labels of the ``test_patch``'s files under ``tests/`` and of the ids' modules
+(``name (foo.test_bar.Case)`` -> ``foo.test_bar``), as SWE-bench derives them; sympy the ``test_patch``'s
+Python files (its ids are bare names). The runner's own files are protected like tests
+(:data:`repogym.envs.rewards.tamper.RUNNER_FILES`), and the health check asks for pytest only when it runs
+the tests.
+
 Fails closed: a test passes only when that report says ``passed`` (an id cut at its first whitespace, as
 SWE-bench lists some, is matched by :mod:`repogym.envs.rewards.ids`); a test the report lacks (not collected,
 deselected, or the run left no report at all) is ``missing`` and failed, as are ``skipped``, ``error``,
@@ -34,10 +42,11 @@ from typing import Any, Callable
 from repogym.envs.errors import InfraError, SandboxError
 from repogym.envs.rewards.canary import plant_canaries
 from repogym.envs.rewards.guards import check_run, harness_reach, tripped
-from repogym.envs.rewards.ids import MISSING, PASSED, outcomes_of
-from repogym.envs.rewards.tamper import CONFIG_WITH_PYTEST_SECTION, filter_patch, is_tamper_path, pytest_section
+from repogym.envs.rewards.ids import MISSING, PASSED, django_id, outcomes_of
+from repogym.envs.rewards.tamper import (
+    CONFIG_WITH_PYTEST_SECTION, RUNNER_FILES, filter_patch, is_tamper_path, pytest_section)
 from repogym.envs.sandbox.base import Sandbox
-from repogym.envs.sandbox.testrun import run_test_command
+from repogym.envs.sandbox.testrun import django_label, run_test_command, runner_name
 from repogym.envs.status import Status
 from repogym.envs.tasks.patches import touched_paths
 from repogym.envs.tasks.repos import snapshot
@@ -99,15 +108,48 @@ def test_files(test_ids: list[str]) -> list[str]:
     return sorted({tid.split("::", 1)[0] for tid in test_ids})
 
 
+def _django_modules(test_ids: list[str]) -> list[str]:
+    """The modules of Django ids: ``name (foo.test_bar.Case)`` -> ``foo.test_bar`` (docstring lines give none)."""
+    modules = []
+    for tid in test_ids:
+        canonical = django_id(tid)
+        if canonical:
+            modules.append(canonical[:-1].split(" (", 1)[1].rpartition(".")[0])
+    return modules
+
+
+def run_targets(task: Task, runner: str | None = None) -> list[str]:
+    """What grading hands the runner: test files (pytest, sympy) or Django test labels, sorted, each once."""
+    runner = runner or runner_name(task.setup)
+    wanted = task.FAIL_TO_PASS + task.PASS_TO_PASS
+    touched = [p for p in touched_paths(task.test_patch) if p.endswith(".py")]
+    if runner == "django":
+        labels = [django_label(p) for p in touched if p.startswith("tests/") and p != "tests/runtests.py"]
+        return sorted(set(labels) | {m for m in _django_modules(wanted) if m})
+    if runner == "sympy":
+        return sorted(set(touched) | {tid.split("::", 1)[0] for tid in wanted if "::" in tid})
+    return test_files(wanted)
+
+
 def protected_paths(task: Task) -> list[str]:
-    """The task's own test files: those holding FAIL_TO_PASS/PASS_TO_PASS and those its ``test_patch`` touches."""
-    return sorted(set(test_files(task.FAIL_TO_PASS + task.PASS_TO_PASS)) | set(touched_paths(task.test_patch)))
+    """The task's own test files (those holding FAIL_TO_PASS/PASS_TO_PASS and those its ``test_patch``
+    touches) and its runner's own files."""
+    runner = runner_name(task.setup)
+    if runner == "django":
+        held = {f"tests/{m.replace('.', '/')}.py" for m in _django_modules(task.FAIL_TO_PASS + task.PASS_TO_PASS)}
+    elif runner == "sympy":
+        held = {tid.split("::", 1)[0] for tid in task.FAIL_TO_PASS + task.PASS_TO_PASS if "::" in tid}
+    else:
+        held = set(test_files(task.FAIL_TO_PASS + task.PASS_TO_PASS))
+    return sorted(held | set(touched_paths(task.test_patch)) | set(RUNNER_FILES[runner]))
 
 
-def health_check(sandbox: Sandbox) -> None:
-    """:class:`InfraError` unless the sandbox runs a trivial command and its interpreter starts with pytest."""
+def health_check(sandbox: Sandbox, runner: str = "pytest") -> None:
+    """:class:`InfraError` unless the sandbox runs a trivial command and its interpreter starts (with pytest,
+    when pytest runs the tests)."""
+    interpreter = "python -c 'import pytest'" if runner == "pytest" else "python -c 'import sys'"
     for command, where in (("true", "rewards.health_check.command"),
-                           ("python -c 'import pytest'", "rewards.health_check.interpreter")):
+                           (interpreter, "rewards.health_check.interpreter")):
         result = sandbox.run(command, timeout=60)
         if not result.ok:
             raise InfraError(where, f"`{command}` failed in a fresh sandbox (exit {result.exit_code}): "
@@ -117,6 +159,7 @@ def health_check(sandbox: Sandbox) -> None:
 def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeout: float = 900.0,
           retries: int = 1) -> EvalRecord:
     """Grade ``patch`` for ``task``, each attempt in a new sandbox from ``make_sandbox``."""
+    runner = runner_name(task.setup)  # an unknown runner is the task's error, before any sandbox starts
     start = time.monotonic()
     kept, dropped = filter_patch(patch, protected_paths(task))
     reach = harness_reach(patch)
@@ -125,7 +168,7 @@ def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeou
         sandbox = None
         try:
             sandbox = make_sandbox()
-            health_check(sandbox)
+            health_check(sandbox, runner)
             sandbox.load(snapshot(task))
         except Exception as exc:  # nothing of the agent's has run yet: this, and only this, is infrastructure
             last = exc if isinstance(exc, InfraError) else InfraError("rewards.health_check", f"{type(exc).__name__}: {exc}")
@@ -133,7 +176,7 @@ def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeou
                 sandbox.close()
             continue
         try:
-            record = _grade_once(task, kept, list(dropped), sandbox, timeout)
+            record = _grade_once(task, kept, list(dropped), sandbox, timeout, runner)
         except SandboxError as exc:  # lost from outside: an inside kill is SandboxKilledByAgent, a hang TestRunTimeout
             last = exc
             continue
@@ -152,9 +195,9 @@ def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeou
 
 def _record(task: Task, status: Status, dropped: list[str], outcomes: dict[str, str],
             error: dict[str, str] | None = None, log: str = "", guards: dict[str, str] | None = None,
-            canaries: list | None = None) -> EvalRecord:
+            canaries: list | None = None, docs: dict[str, str] | None = None) -> EvalRecord:
     """The evaluation record of ``outcomes``: a graded test absent from them is ``missing``."""
-    tests = outcomes_of(task.FAIL_TO_PASS + task.PASS_TO_PASS, outcomes)
+    tests = outcomes_of(task.FAIL_TO_PASS + task.PASS_TO_PASS, outcomes, runner=runner_name(task.setup), docs=docs)
     f2p = sum(tests[t] == "passed" for t in task.FAIL_TO_PASS)
     p2p = sum(tests[t] == "passed" for t in task.PASS_TO_PASS)
     return EvalRecord(task.instance_id, status, tests=tests, fail_to_pass={"passed": f2p, "total": len(task.FAIL_TO_PASS)},
@@ -162,7 +205,8 @@ def _record(task: Task, status: Status, dropped: list[str], outcomes: dict[str, 
                       log_tail=log, guards=dict(guards or {}), canaries=[c.test_id for c in canaries or []])
 
 
-def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, timeout: float) -> EvalRecord:
+def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, timeout: float,
+                runner: str = "pytest") -> EvalRecord:
     if kept.strip():
         sandbox.write_file(".repogym-agent.patch", kept.encode())
         applied = sandbox.run("git apply --whitespace=nowarn .repogym-agent.patch && rm .repogym-agent.patch",
@@ -178,13 +222,15 @@ def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, tim
             return _record(task, Status.UNRESOLVED, dropped, {}, {"where": "rewards.test_patch", "message":
                                f"the task's test_patch does not apply: {added.stderr.strip()[-800:]}"})
     wanted = list(dict.fromkeys(task.FAIL_TO_PASS + task.PASS_TO_PASS))
-    canaries, canary_files = plant_canaries(sandbox, task.FAIL_TO_PASS)
+    targets = run_targets(task, runner)
+    canary_near = targets if runner == "sympy" else [p for p in touched_paths(task.test_patch) if p.endswith(".py")]
+    canaries, canary_files = plant_canaries(sandbox, task.FAIL_TO_PASS, runner=runner, test_files=canary_near)
     # --maxfail=0: the canaries fail by design, and must not stop a run the task's command limits (-x).
-    run = run_test_command(sandbox, task.test_command, test_files(wanted) + canary_files, timeout=timeout,
-                           extra_args=["--maxfail=0"])
-    outcomes, log = run.outcomes, run.log
+    run = run_test_command(sandbox, task.test_command, targets + canary_files, timeout=timeout, runner=runner,
+                           extra_args=["--maxfail=0"] if runner == "pytest" else None)
+    outcomes, log, docs = run.outcomes, run.log, run.docs
     guards = check_run(run, canaries)
-    graded = outcomes_of(wanted, outcomes)
+    graded = outcomes_of(wanted, outcomes, runner=runner, docs=docs)
     missing = sum(outcome == MISSING for outcome in graded.values())
     error = None
     if not outcomes:
@@ -193,10 +239,10 @@ def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, tim
         name, why = next(iter(tripped(guards).items()))
         error = {"where": f"rewards.guard.{name}", "message": why}
     elif wanted and all(outcome == PASSED for outcome in graded.values()):
-        return _record(task, Status.RESOLVED, dropped, outcomes, log=log, guards=guards, canaries=canaries)
+        return _record(task, Status.RESOLVED, dropped, outcomes, log=log, guards=guards, canaries=canaries, docs=docs)
     elif missing:
         error = {"where": "rewards.report", "message": f"{missing} of {len(wanted)} graded tests have no result"}
-    return _record(task, Status.UNRESOLVED, dropped, outcomes, error, log, guards=guards, canaries=canaries)
+    return _record(task, Status.UNRESOLVED, dropped, outcomes, error, log, guards=guards, canaries=canaries, docs=docs)
 
 
 def _revert_tampering(task: Task, sandbox: Sandbox, dropped: list[str]) -> None:

@@ -1,19 +1,32 @@
-"""Which reported tests a task's test id names, and the outcome it gets.
+"""Which reported tests a task's test id names, and the outcome it gets (per test runner).
 
-A task lists its graded tests by id; the harness reports pytest node ids. An id equal to a reported node id
-names that test. SWE-bench's published FAIL_TO_PASS/PASS_TO_PASS lists were read from pytest's log by
-splitting each line at whitespace, so an id holding whitespace (``test_x[a b]``) is listed cut at its
-first whitespace (``test_x[a``). Such a cut id names exactly the reported ids whose text before their
-first whitespace is the cut id, and nothing more: never a prefix match, never an id without whitespace.
+A task lists its graded tests by id; the harness reports ids in its runner's form (``envs/sandbox/testrun.py``).
+An id equal to a reported id always names that test. Beyond that, each runner accepts only the forms its
+datasets list, and nothing else (never a prefix match):
 
-Fails closed: a cut id that names several reported tests (``test_x[a b]`` and ``test_x[a c]``) cannot say
-which one it meant, so it passes only when every one of them passed; one that names none is ``missing``.
+- **pytest**: SWE-bench's published FAIL_TO_PASS/PASS_TO_PASS lists were read from pytest's log by splitting
+  each line at whitespace, so an id holding whitespace (``test_x[a b]``) is listed cut at its first
+  whitespace (``test_x[a``). Such a cut id names exactly the reported ids whose text before their first
+  whitespace is the cut id: never an id without whitespace.
+- **django**: reported ids are ``name (module.Class)``. Python 3.11's unittest prints (and SWE-bench lists,
+  for Django >= 4.1) ``name (module.Class.name)``: the same test. A line that is no such id is taken as a
+  docstring's first line (unittest's verbose output prints it instead of the id, and SWE-bench's parser
+  kept it): it names the reported tests whose docstring's first line it is.
+- **sympy**: reported ids are ``path::name``; a bare name (``test_foo``, as SWE-bench lists sympy's tests)
+  names every reported ``path::name`` whose name part equals it.
+
+Fails closed: an id that names several reported tests (a cut id, a docstring line, a bare name found in
+several files) cannot say which one it meant, so it passes only when every one of them passed; one that
+names none is ``missing``.
 """
 
 from __future__ import annotations
 
+import re
+
 PASSED = "passed"
 MISSING = "missing"
+_DJANGO_ID = re.compile(r"^(\w+) \(([\w.]+)\)$")
 
 
 def cut_at_whitespace(node_id: str) -> str:
@@ -21,22 +34,46 @@ def cut_at_whitespace(node_id: str) -> str:
     return node_id.split(None, 1)[0] if node_id.strip() else node_id
 
 
-def named_by(test_id: str, reported: dict[str, str]) -> list[str]:
-    """The reported ids ``test_id`` names: itself when reported, else those it is the cut form of."""
+def django_id(test_id: str) -> str | None:
+    """``name (module.Class)`` for either Django form of a test id; None for anything else (a docstring line)."""
+    match = _DJANGO_ID.match(test_id)
+    if not match:
+        return None
+    name, dotted = match.groups()
+    owner, _, last = dotted.rpartition(".")
+    if last == name and "." in owner:  # Python 3.11's form: name (module.Class.name)
+        return f"{name} ({owner})"
+    return test_id
+
+
+def named_by(test_id: str, reported: dict[str, str], *, runner: str = "pytest",
+             docs: dict[str, str] | None = None) -> list[str]:
+    """The reported ids ``test_id`` names under ``runner``'s conventions (``docs``: django's docstring lines)."""
     if test_id in reported:
         return [test_id]
+    if runner == "django":
+        canonical = django_id(test_id)
+        if canonical is not None:
+            return [canonical] if canonical in reported else []
+        return [node for node in reported if (docs or {}).get(node) == test_id] if test_id.strip() else []
+    if runner == "sympy":
+        if "::" in test_id or not test_id.strip():
+            return []
+        return [node for node in reported if node.rpartition("::")[2] == test_id and "::" in node]
     return [node for node in reported
             if node != cut_at_whitespace(node) and cut_at_whitespace(node) == test_id]
 
 
-def outcome_of(test_id: str, reported: dict[str, str]) -> str:
+def outcome_of(test_id: str, reported: dict[str, str], *, runner: str = "pytest",
+               docs: dict[str, str] | None = None) -> str:
     """``test_id``'s outcome: ``passed`` only when every test it names passed; ``missing`` when it names none."""
-    nodes = named_by(test_id, reported)
+    nodes = named_by(test_id, reported, runner=runner, docs=docs)
     if not nodes:
         return MISSING
     return next((reported[n] for n in nodes if reported[n] != PASSED), PASSED)
 
 
-def outcomes_of(test_ids: list[str], reported: dict[str, str]) -> dict[str, str]:
+def outcomes_of(test_ids: list[str], reported: dict[str, str], *, runner: str = "pytest",
+                docs: dict[str, str] | None = None) -> dict[str, str]:
     """The outcome of each of ``test_ids`` (in order, duplicates once) from the harness's report."""
-    return {tid: outcome_of(tid, reported) for tid in dict.fromkeys(test_ids)}
+    return {tid: outcome_of(tid, reported, runner=runner, docs=docs) for tid in dict.fromkeys(test_ids)}

@@ -7,14 +7,15 @@ must not be there:
   reflog entries, unreachable or packed objects of other commits), or any object holding a line the gold
   patch or the hidden ``test_patch`` adds;
 - on the filesystem the agent can read (every top-level folder but ``/proc``, ``/sys``, ``/dev``, ``/usr``,
-  symbolic links (``/lib`` is ``/usr/lib`` on merged-usr systems) and the repository's work tree, plus the interpreter's ``sys.path`` and ``/usr/local``): a file holding
+  symbolic links (``/lib`` is ``/usr/lib`` on merged-usr systems) and the repository's work tree (the sandbox's
+  ``repo_dir``), plus the interpreter's ``sys.path`` and ``/usr/local``): a file holding
   such lines, say the original package installed in site-packages, a task file, or a source checkout
   (source, text, task and patch files: :data:`TEXT_FILES`).
 
 The lines searched for are the added lines of both patches that are long enough to mean something
-(:data:`MIN_LINE`) and that occur nowhere in the base tree. A file counts as a leak when it holds two of
-them, or one of at least :data:`LONG_LINE` characters, so a short common line in an unrelated library
-(the standard library has ``if not values:``) does not.
+(:data:`MIN_LINE`) and that occur nowhere in the base tree. A file counts as a leak when it holds half of
+a patch's lines (:data:`SHARE`, and at least two), or one of at least :data:`LONG_LINE` characters, so a few
+short common lines in an unrelated library (the standard library has ``if not values:``) do not.
 Not guaranteed: a fix written down in other words (or compressed) is not found; this is a tripwire for
 the ways tasks have actually leaked, not a proof.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 import builtins
 import io
 import keyword
+import math
 import re
 import shlex
 import tarfile
@@ -31,7 +33,7 @@ import uuid
 from pathlib import PurePosixPath
 from typing import Callable
 
-from repogym.envs.sandbox.base import Sandbox
+from repogym.envs.sandbox.base import REPO_DIR, Sandbox
 from repogym.envs.tasks.repos import snapshot
 from repogym.envs.tasks.schema import Task
 
@@ -41,7 +43,11 @@ TEXT_FILES = ("*.py", "*.pyi", "*.pyx", "*.txt", "*.json", "*.jsonl", "*.patch",
 MIN_LINE = 12
 """Characters (stripped) an added line needs to be searched for."""
 LONG_LINE = 28
-"""A file holding one searched line this long is a leak; shorter ones (``if not values:``) count only in pairs."""
+"""A file holding one searched line this long is a leak; shorter ones (``if not values:``) count only together."""
+SHARE = 0.5
+"""Shorter lines make a leak when a file holds at least this share of a patch's searched lines (and two): a big
+library holds a few of a patch's short lines by chance (pandas has ``return self.copy()``), a copy of the fix
+holds most of them."""
 KEEP_REFS = {"refs/heads/main", "refs/tags/repogym-base"}
 
 
@@ -129,7 +135,9 @@ def _git_structure(sandbox: Sandbox) -> list[str]:
 def _filesystem(sandbox: Sandbox, folder: str, kinds: dict[str, list[str]], roots: list[str] | None,
                 timeout: float) -> list[str]:
     if roots is None:
-        listed = sandbox.run("for d in /*; do case $d in /proc|/sys|/dev|/usr|/repo) ;; *) [ -d \"$d\" ] && [ ! -L \"$d\" ] && echo \"$d\";; "
+        # The work tree (/repo, or a dataset image's workdir) holds the base, where no searched line is.
+        work_tree = shlex.quote(getattr(sandbox, "repo_dir", REPO_DIR))
+        listed = sandbox.run(f"for d in /*; do case $d in /proc|/sys|/dev|/usr|/repo|{work_tree}) ;; *) [ -d \"$d\" ] && [ ! -L \"$d\" ] && echo \"$d\";; "
                              "esac; done; [ -d /usr/local ] && echo /usr/local; "
                              "python -c 'import sys; print(chr(10).join(p for p in sys.path if p))' 2>/dev/null")
         roots = listed.stdout.splitlines()
@@ -152,6 +160,6 @@ def _filesystem(sandbox: Sandbox, folder: str, kinds: dict[str, list[str]], root
     for path, hits in sorted(per_file.items()):
         for kind, lines in kinds.items():
             matched = hits & set(lines)
-            if len(matched) >= 2 or any(len(m) >= LONG_LINE for m in matched):
+            if len(matched) >= max(2, math.ceil(len(set(lines)) * SHARE)) or any(len(m) >= LONG_LINE for m in matched):
                 problems.append(f"{path} holds {len(matched)} line(s) of the {kind}: {sorted(matched)[:3]}")
     return problems

@@ -7,11 +7,16 @@ that defines or configures tests, or that runs code when Python starts:
   task's own tests live in or its hidden ``test_patch`` touches (whatever their names);
 - ``conftest.py`` anywhere; ``pytest.ini``, ``.pytest.ini``, ``pytest.toml``, ``.pytest.toml``, ``tox.ini``,
   ``noxfile.py``;
-- ``sitecustomize.py``, ``usercustomize.py`` and ``*.pth`` files (run at interpreter start, before pytest);
+- ``sitecustomize.py``, ``usercustomize.py``, ``*.pth`` files and the install step's ``.repogym-install`` folder
+  (run at interpreter start, before pytest);
 - code that stands in for other code (:func:`is_shadow_path`): bytecode (``*.pyc``, anything under
   ``__pycache__``), installed-distribution metadata (``*.dist-info``, ``*.egg-info``: a ``pytest11`` entry
   point is a plugin pytest loads by itself), and the Python files of top-level modules or packages (at the
   root or under ``src/``) named like the standard library, ``pytest``, ``_pytest``, ``pluggy`` or ``py``;
+- the task's test runner's own files when it is not pytest (:data:`RUNNER_FILES`: ``tests/runtests.py``
+  for django; ``bin/test``, ``sympy/testing/runtests.py`` and ``sympy/utilities/runtests.py`` for sympy),
+  passed in with the task's protected paths (``envs/rewards/evaluate.py``), so a patch cannot make the
+  runner print ``ok`` for everything;
 - ``setup.cfg`` and ``pyproject.toml`` only when their pytest section changed (checked in the sandbox,
   see :func:`pytest_section`); their other sections are the agent's to change.
 
@@ -28,6 +33,7 @@ import tomllib
 from pathlib import PurePosixPath
 from typing import Collection, Iterable
 
+from repogym.envs.tasks.environments import INSTALL_DIR
 from repogym.envs.tasks.patches import split_patch
 
 TEST_DIRS = {"tests", "test", "testing"}
@@ -36,6 +42,9 @@ STARTUP_FILES = {"sitecustomize.py", "usercustomize.py"}
 CONFIG_WITH_PYTEST_SECTION = {"setup.cfg", "pyproject.toml"}
 SHADOWED = frozenset(sys.stdlib_module_names) | {"pytest", "_pytest", "pluggy", "py"}
 """Names a top-level module or package of the repository may not take (what the harness imports)."""
+RUNNER_FILES = {"pytest": (), "django": ("tests/runtests.py",),
+                "sympy": ("bin/test", "sympy/testing/runtests.py", "sympy/utilities/runtests.py")}
+"""The files of each test runner (``task.setup["runner"]``) that a graded patch may not change."""
 METADATA_SUFFIXES = (".dist-info", ".egg-info")
 MODULE_SUFFIXES = (".py", ".pyc", ".pyw", ".so", ".pyd")
 
@@ -49,9 +58,11 @@ def is_test_path(path: str) -> bool:
 
 
 def is_startup_path(path: str) -> bool:
-    """Whether a path is code Python runs when it starts (``sitecustomize``, ``usercustomize``, ``.pth``)."""
-    name = PurePosixPath(path).name
-    return name in STARTUP_FILES or name.endswith(".pth")
+    """Whether a path is code Python runs when it starts (``sitecustomize``, ``usercustomize``, ``.pth``, anything
+    in the folder a task's install step filled, which every interpreter adds as a site folder)."""
+    parts = PurePosixPath(path).parts
+    name = parts[-1] if parts else ""
+    return name in STARTUP_FILES or name.endswith(".pth") or (bool(parts) and parts[0] == INSTALL_DIR)
 
 
 def is_shadow_path(path: str) -> bool:

@@ -16,13 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from repogym.envs.errors import InfraError
+from repogym.envs.errors import ConfigError, InfraError
 from repogym.envs.rewards.evaluate import grade
 from repogym.envs.rewards.leaks import find_leaks
 from repogym.envs.rewards.tamper import is_shadow_path
 from repogym.envs.sandbox.base import Sandbox
 from repogym.envs.status import Status
 from repogym.envs.tasks.patches import touched_paths
+from repogym.envs.tasks.repos import snapshot
 from repogym.envs.tasks.schema import Task
 
 BASELINE_RUNS = 3
@@ -34,7 +35,9 @@ REASONS = {
     "leak": "the agent's sandbox holds a way to the fix (the no-leak check)",
     "flaky": "a test's baseline outcome changes between runs",
     "infra_error": "the checks could not run (infrastructure, not the task)",
-    "env_build": "the task's environment could not be made (its image, wheels or Python version)",
+    "no_source": "the task's repository or base commit cannot be had (no mirror holds it, the clone failed)",
+    "env_build": "the task's environment could not be made (its image, wheels or Python version) or could not "
+                 "install the repository (setup.install)",
     "harness_code": "the gold patch changes code the harness itself imports (pytest, pluggy, py or a module "
                     "named like the standard library: the repository is the test framework); the tamper filter "
                     "drops such changes, so the task cannot be graded safely",
@@ -79,6 +82,10 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
         result.duration_s = time.monotonic() - start
         return result
     gold = grade(task, task.patch, make_sandbox)
+    if gold.status == Status.INFRA_ERROR and gold.error["where"] == "sandbox.install":
+        result.fail("env_build", f"the install steps failed: {gold.error['message'][-1000:]}")
+        result.duration_s = time.monotonic() - start
+        return result
     baselines = [grade(task, "", make_sandbox) for _ in range(runs)]
     for label, record in [("gold", gold)] + [(f"baseline {i + 1}", r) for i, r in enumerate(baselines)]:
         if record.status == Status.INFRA_ERROR:
@@ -119,8 +126,17 @@ def validate_tasks(tasks: list[Task], factory_for: Callable[[Task], Callable[[],
     """Validate many tasks, ``workers`` at a time; ``on_result`` sees each verdict as it lands.
 
     ``agent_factory_for``: sandboxes for the no-leak check, made as episodes get them (default: ``factory_for``).
-    A task whose factory cannot be made (its environment does not build) gets an ``env_build`` verdict."""
+    A task whose repository or base commit cannot be had gets a ``no_source`` verdict, and one whose factory cannot
+    be made (its environment does not build) an ``env_build`` verdict."""
     def one(task: Task) -> Validation:
+        try:
+            snapshot(task)  # the repository first: without it nothing else can be judged
+        except (ConfigError, InfraError) as exc:
+            verdict = Validation(task.instance_id)
+            verdict.fail("no_source", f"repository not available: {getattr(exc, 'message', exc)}"[:1200])
+            if on_result:
+                on_result(verdict)
+            return verdict
         try:
             make, make_agent = factory_for(task), (agent_factory_for or factory_for)(task)
         except Exception as exc:  # one task's environment, not the whole run: a verdict like the others

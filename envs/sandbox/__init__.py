@@ -2,6 +2,9 @@
 
 ``make_sandbox("docker" | "local", config)``; ``default_backend()`` picks docker when a daemon answers
 and local otherwise (saying so once). Backends import lazily, so the docker SDK stays optional.
+``sandbox_factory`` gives a task's sandboxes: under docker, its dataset image's derivative when
+``setup.image`` names one (:mod:`repogym.envs.sandbox.prebuilt`; an explicit ``SandboxConfig.image`` wins),
+else repogym's environment image; any other backend refuses a task with ``setup.image``.
 """
 
 from __future__ import annotations
@@ -55,10 +58,18 @@ def make_sandbox(name: str | None = None, config: SandboxConfig | None = None, *
 def sandbox_factory(backend: str, setup: dict | None = None, config: SandboxConfig | None = None):
     """A no-argument callable making sandboxes of ``backend`` for a task ``setup`` (builds the image once)."""
     config = config or SandboxConfig()
+    if backend == "docker" and (setup or {}).get("image") and not config.image:
+        from repogym.envs.sandbox.prebuilt import ensure_prebuilt_image
+        prebuilt = ensure_prebuilt_image(setup)
+        return lambda: make_sandbox("docker", config, image=prebuilt.tag, repo_dir=prebuilt.workdir,
+                                    python=prebuilt.python)
     if backend == "docker":
         from repogym.envs.sandbox.images import ensure_env_image
         image = config.image or ensure_env_image(setup or {})
         return lambda: make_sandbox("docker", config, image=image)
+    if (setup or {}).get("image"):
+        raise ConfigError(f"the task runs in its own image {setup['image']}, which needs the docker backend "
+                          f"(--sandbox docker); the {backend} backend cannot run it")
     _module(backend)
     _check_python(backend, setup or {})
     if backend == "local":

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from repogym.envs.errors import RunnerExited, RunnerTimeout, SandboxError, SandboxKilledByAgent, SandboxRequestError
+from repogym.envs.errors import InstallFailed, RunnerExited, RunnerTimeout, SandboxError, SandboxKilledByAgent, SandboxRequestError
 from repogym.envs.tasks.repos import RepoSnapshot
 
 INSIDE_DIR = Path(__file__).resolve().parent / "inside"
 REPO_DIR = "/repo"
 DEFAULT_OUTPUT_LIMIT = 64 * 1024
+INSTALL_TIMEOUT = 900.0  # the runner's own limit for a task's install steps (inside/runner.py)
 # The only writable places in a sandbox, each a size-limited tmpfs emptied or restored by reset.
 WRITABLE = {"/repo": "1g", "/tmp": "512m", "/home/agent": "256m", "/var/tmp": "256m"}
 
@@ -74,6 +75,10 @@ class SandboxConfig:
 class Sandbox(Protocol):
     """An isolated copy of one repository at a base commit, where commands run."""
 
+    repo_dir: str
+    """Where the repository lives inside the sandbox (:data:`REPO_DIR` unless a task's image keeps it elsewhere);
+    tools and checks take paths relative to it."""
+
     def load(self, snapshot: RepoSnapshot) -> None:
         """Make the repository the snapshot, committed once as the base."""
 
@@ -106,6 +111,7 @@ class RunnerClient:
 
     backend = "runner"
     scratch_dirs: tuple[str, ...] = ("/tmp",)
+    repo_dir: str = REPO_DIR
 
     def __init__(self, config: SandboxConfig | None = None):
         self.config = config or SandboxConfig()
@@ -181,8 +187,14 @@ class RunnerClient:
         return SandboxError(where, f"{exc}; {cause}")
 
     def load(self, snapshot: RepoSnapshot) -> None:
-        answer = self.request("load", tar=base64.b64encode(snapshot.tar).decode(), scratch=list(self.scratch_dirs),
-                              wait=240)
+        install = list(snapshot.install)
+        try:
+            answer = self.request("load", tar=base64.b64encode(snapshot.tar).decode(), scratch=list(self.scratch_dirs),
+                                  install=install, wait=240 + (INSTALL_TIMEOUT if install else 0))
+        except SandboxRequestError as exc:
+            if install and "install step" in str(exc):
+                raise InstallFailed("sandbox.install", str(exc).removeprefix("RuntimeError: ")) from None
+            raise
         self.snapshot_key, self.base_tree = snapshot.key, answer["tree"]
 
     def run(self, command: str, *, timeout: float | None = None, cwd: str | None = None,

@@ -3,8 +3,9 @@
 Isolates: network (``network_mode="none"``), memory, CPU and process count (cgroup limits), the user
 (commands run as the unprivileged ``agent``, no capabilities, no new privileges), and the filesystem (the
 container's own, read-only; the repository is copied in, never mounted; the writable places are
-size-limited tmpfs). The container's main process runs as root and the runner as root with an effective
-uid of ``agent`` (it drops to that uid for every command), so nothing the agent runs can signal either:
+size-limited tmpfs, the repository's at ``repo_dir``: ``/repo``, or a dataset image's workdir, see
+:mod:`repogym.envs.sandbox.prebuilt`). The container's main process runs as root and the runner as root
+with an effective uid of ``agent`` (it drops to that uid for every command), so nothing the agent runs can signal either:
 ``kill -9 -1`` kills only the agent's own processes. Every container carries labels naming the run and
 its owner so ``repogym gc`` can reap leftovers.
 
@@ -49,10 +50,15 @@ class DockerSandbox(RunnerClient):
     inside_dir = "/opt/repogym"
     scratch_dirs = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/home/agent")
 
-    def __init__(self, config: SandboxConfig | None = None, image: str | None = None):
+    def __init__(self, config: SandboxConfig | None = None, image: str | None = None, *, repo_dir: str = REPO_DIR,
+                 python: str = "python3"):
+        """``repo_dir``: where the repository lives (a dataset image's workdir); ``python``: the interpreter that
+        runs the in-sandbox runner (see :mod:`repogym.envs.sandbox.prebuilt`)."""
         super().__init__(config)
         self.client = docker_client()
         self.image = image or self.config.image or ensure_env_image({})
+        self.repo_dir = repo_dir
+        writable = {repo_dir if path == REPO_DIR else path: size for path, size in WRITABLE.items()}
         self.name = f"repogym-{self.config.run_id}-{uuid.uuid4().hex[:8]}"
         labels = {LABEL: "1", f"{LABEL}.run": self.config.run_id, f"{LABEL}.created": str(int(time.time())),
                   **owner_labels(), **self.config.labels}
@@ -61,15 +67,15 @@ class DockerSandbox(RunnerClient):
                 self.image, ["sleep", "infinity"], name=self.name, detach=True, labels=labels,
                 network_mode="none", mem_limit=self.config.memory, memswap_limit=self.config.memory,
                 nano_cpus=int(self.config.cpus * 1e9), pids_limit=self.config.pids, user="root",
-                working_dir=REPO_DIR, init=True, read_only=True,
+                working_dir=repo_dir, init=True, read_only=True,
                 tmpfs={path: f"rw,exec,size={size},uid={AGENT_UID},gid={AGENT_UID},mode=0755"
-                       for path, size in WRITABLE.items()},
+                       for path, size in writable.items()},
                 # SETUID/SETGID only so the root runner can take the agent's uid; commands have no capability.
                 cap_drop=["ALL"], cap_add=["SETUID", "SETGID"], security_opt=["no-new-privileges"],
                 environment={"HOME": "/home/agent", "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8",
                              **self.config.env})
             api = self.client.api
-            exec_id = api.exec_create(self.container.id, ["python3", "-I", f"{self.inside_dir}/runner.py", REPO_DIR],
+            exec_id = api.exec_create(self.container.id, [python, "-I", f"{self.inside_dir}/runner.py", repo_dir],
                                       stdin=True, stdout=True, stderr=True, user="root",
                                       environment={"REPOGYM_AGENT_UID": str(AGENT_UID)})["Id"]
             stream = api.exec_start(exec_id, socket=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import shlex
 import shutil
 import subprocess
 import tarfile
@@ -22,9 +23,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from repogym.envs.errors import ConfigError, SandboxError
-from repogym.envs.sandbox.base import INSIDE_DIR
+from repogym.envs.sandbox.base import INSIDE_DIR, REPO_DIR
 from repogym.envs.sandbox.docker_client import docker_client
 from repogym.envs.sandbox.wheelhouse import download_wheels
+from repogym.envs.tasks.environments import INSTALL_HOOK_NAME, environment_requirements, install_hook, install_steps
 
 DEFAULT_PYTHON = "3.11"
 # The Debian release whose python3 is each version: what debootstrap (and the slim images) can give offline.
@@ -126,11 +128,17 @@ def env_dockerfile(setup: dict[str, Any]) -> str:
              " && mkdir -p /repo /opt/repogym /home/agent && chown 1000:1000 /repo /home/agent",
              "RUN [ -e /usr/local/bin/python ] || ln -s /usr/bin/python3 /usr/local/bin/python",
              "COPY inside/ /opt/repogym/"]
-    if setup.get("pip"):
+    requirements = environment_requirements(setup)
+    if requirements:
         # PIP_BREAK_SYSTEM_PACKAGES, not the flag: older releases' pip does not know the flag (nor need it).
         lines += ["COPY wheels/ /tmp/wheels/",
                   "RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-index --find-links /tmp/wheels "
-                  + " ".join(f"'{p}'" for p in setup["pip"]) + " && rm -rf /tmp/wheels"]
+                  + " ".join(f"'{p}'" for p in requirements) + " && rm -rf /tmp/wheels"]
+    if install_steps(setup):
+        hook = install_hook(REPO_DIR)
+        lines += ["RUN python3 -c " + shlex.quote(f"import os, site; d = site.getsitepackages()[0]; "
+                                                  f"os.makedirs(d, exist_ok=True); "
+                                                  f"open(os.path.join(d, {INSTALL_HOOK_NAME!r}), 'w').write({hook!r})")]
     lines += ["WORKDIR /repo", "USER agent", 'CMD ["sleep", "infinity"]']
     return "\n".join(lines) + "\n"
 
@@ -167,8 +175,8 @@ def ensure_env_image(setup: dict[str, Any] | None = None, *, log: Callable[[str]
     except docker.errors.ImageNotFound:
         pass
     files = {f"inside/{p.name}": p.read_bytes() for p in INSIDE_DIR.glob("*.py")}
-    if setup.get("pip"):
-        files.update(_wheelhouse(list(setup["pip"]), python))
+    if environment_requirements(setup):
+        files.update(_wheelhouse(environment_requirements(setup), python))
     log(f"building {tag}")
     _build(client, env_dockerfile(setup), files, tag, network=False)
     return tag

@@ -103,6 +103,7 @@ class LocalSandbox(RunnerClient):
     backend = "local"
     inside_dir = INSIDE_MOUNT
     scratch_dirs = ("/tmp", "/dev/shm")
+    repo_dir = REPO_DIR  # always: a task with its own image (setup.image) needs the docker backend
 
     def __init__(self, config: SandboxConfig | None = None, python_env: str | Path | None = None):
         """``python_env``: the virtualenv commands run with (default: the one for an empty task setup)."""

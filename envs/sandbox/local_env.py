@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -27,20 +26,21 @@ from typing import Any
 from repogym.envs.errors import ConfigError, SandboxError
 from repogym.envs.sandbox.wheelhouse import download_wheels
 from repogym.envs.tasks.cache import cache_dir
+from repogym.envs.tasks.environments import INSTALL_HOOK_NAME, environment_requirements, install_hook, install_steps, requirement_name
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def requirements_of(setup: dict[str, Any]) -> list[str]:
     """What a setup's virtualenv installs: pytest (unless pinned by ``setup.pip``), then ``setup.pip``."""
-    pip = [str(p) for p in setup.get("pip") or []]
-    names = {re.match(r"\s*([A-Za-z0-9._-]*)", p).group(1).lower().replace("_", "-") for p in pip}
-    return ([] if "pytest" in names else [f"pytest=={version('pytest')}"]) + pip
+    pip = environment_requirements(setup)
+    return ([] if "pytest" in {requirement_name(p) for p in pip} else [f"pytest=={version('pytest')}"]) + pip
 
 
 def env_key(setup: dict[str, Any]) -> str:
     """Setups with the same key share a virtualenv (same Python, same requirements)."""
-    key = json.dumps({"python": PYTHON, "requirements": requirements_of(setup)}, sort_keys=True)
+    key = json.dumps({"python": PYTHON, "requirements": requirements_of(setup),
+                      **({"install_hook": install_hook()} if install_steps(setup) else {})}, sort_keys=True)
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -55,7 +55,7 @@ def ensure_local_env(setup: dict[str, Any] | None = None) -> Path:
     building = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
     try:
         building.chmod(0o755)  # the sandbox's unprivileged user runs it
-        _make(building, requirements_of(setup))
+        _make(building, requirements_of(setup), install_hook() if install_steps(setup) else None)
         try:
             os.rename(building, target)
         except OSError:  # another process made it first: theirs is as good
@@ -66,7 +66,7 @@ def ensure_local_env(setup: dict[str, Any] | None = None) -> Path:
     return target
 
 
-def _make(prefix: Path, requirements: list[str]) -> None:
+def _make(prefix: Path, requirements: list[str], hook: str | None) -> None:
     base = Path(sys.base_prefix) / "bin" / f"python{PYTHON}"
     made = subprocess.run([str(base), "-m", "venv", "--without-pip", "--clear", str(prefix)],
                           capture_output=True, text=True)
@@ -81,6 +81,9 @@ def _make(prefix: Path, requirements: list[str]) -> None:
         why = fetch_error or installed.stderr.strip()
         raise ConfigError(f"could not install {requirements} for the local sandbox (binary wheels for Python "
                           f"{PYTHON}): {why[-600:]}")
+    if hook:
+        site = next((prefix / "lib").glob("python*/site-packages"))
+        (site / INSTALL_HOOK_NAME).write_text(hook)
     # Sandboxes mount the env elsewhere (and it is renamed into place): scripts find python on PATH instead.
     for script in (prefix / "bin").iterdir():
         if script.is_file() and not script.is_symlink():

@@ -1,9 +1,13 @@
-"""Running pytest inside a sandbox under the harness's launcher and report plugin (``inside/``).
+"""Running tests inside a sandbox under the harness's launcher and reporters (``inside/``).
 
-The harness, not the repository, decides how pytest starts and reports. Each run stages, in a fresh folder
-outside the repository, the report plugin and the launcher under random names, and a random frame key.
-A test command that starts with ``python -m pytest``, ``python3 -m pytest`` or ``pytest`` (after optional
-``VAR=value`` assignments) is run through the launcher (``inside/repogym_launch.py``):
+The harness, not the repository, decides how the tests start and report. A task names its test runner in
+``task.setup["runner"]`` (:data:`RUNNERS`: ``pytest``, the default, ``django`` or ``sympy``; any other name is
+a :class:`ConfigError` listing these); the command is always ``task.test_command``, with the files (or test
+labels) to run appended. Each run stages, in a fresh folder outside the repository, the launcher and the
+runner's reporter under random names, and a random frame key.
+
+**pytest.** A test command that starts with ``python -m pytest``, ``python3 -m pytest`` or ``pytest`` (after
+optional ``VAR=value`` assignments) is run through the launcher (``inside/repogym_launch.py``):
 
 - ``python -P``, the repository moved to the end of ``sys.path``: no repository file stands in for the
   standard library, pytest or the plugin;
@@ -16,14 +20,32 @@ A test command that starts with ``python -m pytest``, ``python3 -m pytest`` or `
   frame line keyed with a secret the test process never sees. A report file that does not hash to the frame
   is not trusted.
 
-Any other command runs as before (the plugin writes a nonce-tagged report at session end), with the same
-environment guards. :class:`TestRun` carries what grading cross-checks (``envs/rewards/guards.py``); the
-exit code of the shell command itself is never looked at. Shared by the agent's ``run_tests`` tool, the task
-generator and grading.
+Any other pytest command runs as before (the plugin writes a nonce-tagged report at session end), with the
+same environment guards.
 
-Not guaranteed: code under test runs in the same process as pytest and the plugin and can rewrite either
-(outcomes, reports, hooks). The launcher keeps it from forging what happens outside that process (exit
-status, results already streamed); grading's canary tests catch forgeries inside it.
+**django.** The command is a script (``./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1``,
+optionally after ``python``/``python3`` and ``VAR=value`` assignments); files are turned into Django's test
+labels (``tests/foo/test_bar.py`` -> ``foo.test_bar``, see :func:`django_label`). The launcher runs the script
+(``--unittest-script``) with the harness's unittest reporter (``inside/repogym_unittest.py``) installed
+before the script starts: each test's outcome streams out with its id ``name (module.Class)`` and its
+docstring's first line (:attr:`TestRun.docs`), under the same key, frame and outer process as pytest. The
+summary is unittest's ``Ran N tests in Xs; OK`` / ``...; FAILED (...)``.
+
+**sympy.** The command is sympy's own runner (``bin/test -C --verbose``), given test files. The launcher runs
+it (``--output-script``) and the outer process keeps its whole output, hashed into the frame; the host reads
+the verbose lines (``sympy/x/tests/test_y.py[3]`` then ``test_foo ok``/``F``/``E``/``f``/``X``/``s``...)
+strictly (:func:`sympy_outcomes`): ids are ``path::name``; a test is ``passed`` only when every line that
+reports it says ``ok``. The summary is sympy's ``tests finished: ... in X seconds`` line.
+
+A ``django`` or ``sympy`` command the launcher cannot run (shell syntax in it) still runs, for the agent's
+eyes, but its report is not trusted (:attr:`TestRun.problems`). :class:`TestRun` carries what grading
+cross-checks (``envs/rewards/guards.py``); the exit code of the shell command itself is never looked at.
+Shared by the agent's ``run_tests`` tool, the task generator and grading.
+
+Not guaranteed: code under test runs in the same process as the test runner and its reporter and can rewrite
+either (outcomes, reports, hooks, printed lines). The launcher keeps it from forging what happens outside
+that process (exit status, results already streamed, output already written); grading's canary tests catch
+forgeries inside it.
 """
 
 from __future__ import annotations
@@ -36,6 +58,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from repogym.envs.errors import InfraError, TestRunTimeout
+from repogym.envs.registry import Registry
 from repogym.envs.sandbox.base import Sandbox
 
 # Optional VAR=value assignments, then the pytest entry point, then the rest of the command.
@@ -45,6 +68,51 @@ _SHELL_PUNCTUATION = set("();<>|&")
 SUMMARY = re.compile(r"^=*\s*((?:\d+ \w+,? )*\d+ \w+|no tests ran) in [\d.]+s\b")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+
+@dataclass(frozen=True)
+class Runner:
+    """A test runner a task may name in ``setup["runner"]``."""
+
+    name: str
+    description: str
+
+
+RUNNERS: Registry[Runner] = Registry("test runner", {r.name: r for r in (
+    Runner("pytest", "pytest, with the harness's report plugin (the default)"),
+    Runner("django", "Django's tests/runtests.py (unittest), with the harness's unittest reporter"),
+    Runner("sympy", "sympy's bin/test --verbose, its output read strictly"))})
+"""The test runners a task may name in ``setup["runner"]`` (name -> what it is)."""
+# Optional VAR=value assignments, optional python/python3, then a script path, then its arguments.
+_SCRIPT = re.compile(r"""^\s*((?:[A-Za-z_][A-Za-z0-9_]*=(?:'[^']*'|"[^"`\\]*"|[^\s;&|<>()`'"\\]*)\s+)*)"""
+                     r"(?:(python3?)\s+)?([A-Za-z0-9_./+-]+)(?=\s|$)(.*)$", re.S)
+# sympy's verbose lines: a file header, a test's result (skips may carry a reason), a failure's section title.
+_SYMPY_FILE = re.compile(r"^(\S+\.py)\[\d+\]")
+_SYMPY_TEST = re.compile(r"^(test\w*) (?:.* )?(ok|F|E|f|X|s|w|T|K)(?: +\[(?:OK|FAIL)\])?$")
+_SYMPY_SECTION = re.compile(r"^_+ (\S+\.py):(test\w*) _+$")
+SYMPY_STATUS = {"ok": "passed", "F": "failed", "E": "error", "f": "xfailed", "X": "xpassed", "s": "skipped",
+                "w": "skipped", "T": "failed", "K": "failed"}
+"""sympy's result letters: ``w`` is a slow test skipped, ``T`` a timeout, ``K`` a keyboard interrupt."""
+_UNITTEST_SUMMARY = re.compile(r"^Ran (\d+) tests? in [\d.]+s; (OK|FAILED)\b(?: \((.*)\))?")
+
+
+def runner_name(setup: dict | None) -> str:
+    """The runner a task's ``setup`` names (``pytest`` when none); an unknown one is a :class:`ConfigError`."""
+    name = (setup or {}).get("runner") or "pytest"
+    if not isinstance(name, str):
+        name = repr(name)
+    RUNNERS.resolve(name)  # raises, listing the valid names
+    return name
+
+
+def django_label(path: str) -> str:
+    """Django's test label for a test file or id: ``tests/foo/test_bar.py`` -> ``foo.test_bar``,
+    ``tests/foo/test_bar.py::Case::test_x`` -> ``foo.test_bar.Case.test_x``; a label stays as it is."""
+    file, _, rest = path.partition("::")
+    if "/" in file or file.endswith(".py"):
+        file = file[len("tests/"):] if file.startswith("tests/") else file
+        file = file[:-3] if file.endswith(".py") else file
+        file = file.strip("/").replace("/", ".")
+    return ".".join([file, *filter(None, rest.split("::"))])
 
 
 @dataclass
@@ -69,11 +137,31 @@ class TestRun:
     """Test calls the report says passed (compared with the summary's count)."""
     problems: list[str] = field(default_factory=list)
     """Why the report cannot be trusted (no frame, a report rewritten after the fact, unreadable lines)."""
+    runner: str = "pytest"
+    """The runner that ran (:data:`RUNNERS`)."""
+    docs: dict[str, str] = field(default_factory=dict)
+    """``{test id: its docstring's first line}`` (django runs: what unittest's verbose output prints)."""
 
     def summary_counts(self) -> dict[str, int]:
-        """The summary's counts by word (``passed``, ``failed``, ``errors``...); subtest counts left out."""
+        """The summary's counts by word (``passed``, ``failed``, ``errors``...; subtest counts left out).
+
+        django: ``ran``, ``failures``, ``errors``, ``skipped``, ``expected failures``, ``unexpected
+        successes`` and ``ok`` (1 when unittest said ``OK``, 0 for ``FAILED``); empty when unreadable.
+        """
         counts: dict[str, int] = {}
-        for part in self.summary.split(" in ")[0].strip("= ").split(","):
+        if self.runner == "django":
+            match = _UNITTEST_SUMMARY.match(self.summary)
+            if not match:
+                return counts
+            counts = {"ran": int(match.group(1)), "ok": int(match.group(2) == "OK")}
+            for part in (match.group(3) or "").split(","):
+                word, _, number = part.strip().partition("=")
+                if number.isdigit():
+                    counts[word] = counts.get(word, 0) + int(number)
+            return counts
+        text = self.summary.split(" in ")[0].strip("= ")
+        text = text[len("tests finished:"):] if text.startswith("tests finished:") else text
+        for part in text.split(","):
             words = part.split()
             if len(words) == 2 and words[0].isdigit():
                 counts[words[1]] = counts.get(words[1], 0) + int(words[0])
@@ -99,20 +187,44 @@ def launch_command(test_command: str) -> tuple[str, str, str, str] | None:
     return assignments, python or "python", "--module" if python else "--script", rest.strip()
 
 
-def run_tests(sandbox: Sandbox, test_command: str, files: list[str] | None = None, *,
-              timeout: float = 900.0) -> tuple[dict[str, str], str]:
-    """Run tests with the report plugin; returns ``({test id: outcome}, output tail)``.
+def script_command(test_command: str) -> tuple[str, str, str, str] | None:
+    """``(assignments, interpreter, script, rest)`` of a script command the launcher can run, else None."""
+    match = _SCRIPT.match(test_command)
+    if not match:
+        return None
+    assignments, python, script, rest = match.group(1), match.group(2) or "python", match.group(3), match.group(4)
+    if script in ("python", "python3", "pytest", "exec", "env") or script.startswith("-"):
+        return None
+    if "`" in rest or "$(" in rest or "\n" in rest or "`" in assignments or "$(" in assignments:
+        return None
+    try:
+        lexer = shlex.shlex(rest, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:
+        return None
+    if any(t and set(t) <= _SHELL_PUNCTUATION for t in tokens):
+        return None
+    return assignments, python, script, rest.strip()
 
-    An empty dict means pytest wrote no trustworthy report (it crashed, or the agent's code killed it):
+
+def run_tests(sandbox: Sandbox, test_command: str, files: list[str] | None = None, *,
+              timeout: float = 900.0, runner: str = "pytest") -> tuple[dict[str, str], str]:
+    """Run tests with the runner's reporter; returns ``({test id: outcome}, output tail)``.
+
+    An empty dict means the run left no trustworthy report (it crashed, or the agent's code killed it):
     every test counts as not passed. A harness timeout is a :class:`TestRunTimeout`.
     """
-    run = run_test_command(sandbox, test_command, files, timeout=timeout)
+    run = run_test_command(sandbox, test_command, files, timeout=timeout, runner=runner)
     return run.outcomes, run.log
 
 
 def run_test_command(sandbox: Sandbox, test_command: str, files: list[str] | None = None, *,
-                     timeout: float = 900.0, extra_args: list[str] | None = None) -> TestRun:
-    """Run tests as :func:`run_tests` does; the whole :class:`TestRun` (``extra_args``: pytest options)."""
+                     timeout: float = 900.0, extra_args: list[str] | None = None, runner: str = "pytest") -> TestRun:
+    """Run tests as :func:`run_tests` does; the whole :class:`TestRun` (``extra_args``: pytest options, pytest only)."""
+    RUNNERS.resolve(runner)
+    if runner != "pytest":
+        return _run_script(sandbox, test_command, files or [], timeout, runner)
     nonce, key = uuid.uuid4().hex, uuid.uuid4().hex
     folder, plugin, launcher = f"/tmp/.repogym-{nonce}", f"repogym_report_{nonce}", f"launch_{uuid.uuid4().hex}"
     report = f"{folder}/report.json"
@@ -145,6 +257,66 @@ def run_test_command(sandbox: Sandbox, test_command: str, files: list[str] | Non
     return _read_file_report(result.stdout + result.stderr, raw.stdout, nonce)
 
 
+def _run_script(sandbox: Sandbox, test_command: str, files: list[str], timeout: float, runner: str) -> TestRun:
+    """A django or sympy run under the launcher (``--unittest-script`` / ``--output-script``)."""
+    nonce, key = uuid.uuid4().hex, uuid.uuid4().hex
+    folder, reporter, launcher = f"/tmp/.repogym-{nonce}", f"repogym_unittest_{nonce}", f"launch_{uuid.uuid4().hex}"
+    inside = getattr(sandbox, "inside_dir", "/opt/repogym")
+    copy_reporter = f"cp {inside}/repogym_unittest.py {folder}/{reporter}.py && " if runner == "django" else ""
+    staged = sandbox.run(f"mkdir -m 700 {folder} && {copy_reporter}cp {inside}/repogym_launch.py {folder}/{launcher}.py"
+                         f" && (umask 077 && printf %s {key} > {folder}/key)", timeout=60)
+    if not staged.ok:
+        raise InfraError("sandbox.run_tests", f"could not stage the test launcher: {staged.stderr.strip()[-400:]}")
+    targets = [django_label(f) for f in files] if runner == "django" else [f.split("::", 1)[0] for f in files]
+    args = " ".join(shlex.quote(t) for t in dict.fromkeys(targets))
+    env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": f"{folder}/pycache"}
+    launch = script_command(test_command)
+    if launch:
+        assignments, python, script, rest = launch
+        mode = f"--unittest-script {reporter}" if runner == "django" else "--output-script"
+        command = f"{assignments}exec {python} -I {folder}/{launcher}.py {mode} {script} {rest} {args}"
+    else:
+        command = f"{test_command} {args}"
+    result = sandbox.run(command, timeout=timeout, env=env, output_limit=256 * 1024)
+    if result.timed_out:
+        raise TestRunTimeout("sandbox.run_tests", f"tests ran past the harness timeout of {timeout:.0f}s")
+    raw = sandbox.run(f"cat {folder}/report.jsonl", timeout=60, output_limit=16 << 20).stdout
+    output = sandbox.run(f"cat {folder}/output.txt; rm -rf {folder}", timeout=60, output_limit=17 << 20).stdout
+    if not launch:
+        run = TestRun({}, (result.stdout + result.stderr)[-4000:], runner=runner)
+        run.problems.append(f"the {runner} test command cannot run under the harness's launcher (shell syntax in it)")
+        return run
+    return _read_stream(result.stdout, result.stderr, raw, key, runner=runner, output=output)
+
+
+def sympy_outcomes(output: str) -> tuple[dict[str, str], int]:
+    """``({path::name: outcome}, ok lines)`` from sympy's verbose output, failing closed.
+
+    A result line counts only under a file header (``path[N]``); a test reported on several lines keeps the
+    first outcome that is not ``passed``; a failure's section title (``____ path:test_x ____``) marks it failed.
+    """
+    outcomes: dict[str, str] = {}
+    passes, path = 0, None
+    for line in output.splitlines():
+        text = _ANSI.sub("", line).strip()
+        header = _SYMPY_FILE.match(text)
+        if header:
+            path = header.group(1)
+            text = text[header.end():].strip()
+        section = _SYMPY_SECTION.match(text)
+        if section:
+            outcomes[f"{section.group(1)}::{section.group(2)}"] = "failed"
+            continue
+        found = _SYMPY_TEST.match(text)
+        if not found or path is None:
+            continue
+        test_id, outcome = f"{path}::{found.group(1)}", SYMPY_STATUS[found.group(2)]
+        passes += outcome == "passed"
+        if outcomes.get(test_id, "passed") == "passed":
+            outcomes[test_id] = outcome
+    return outcomes, passes
+
+
 def _read_file_report(output: str, raw: str, nonce: str) -> TestRun:
     run = TestRun({}, output[-4000:], summary=_last_summary(output))
     try:
@@ -161,11 +333,13 @@ def _read_file_report(output: str, raw: str, nonce: str) -> TestRun:
     return run
 
 
-def _read_stream(stdout: str, stderr: str, raw: str, key: str) -> TestRun:
-    """The launcher's run: trusted only with a frame line keyed ``key`` whose hash matches the stream."""
+def _read_stream(stdout: str, stderr: str, raw: str, key: str, *, runner: str = "pytest",
+                 output: str = "") -> TestRun:
+    """The launcher's run: trusted only with a frame line keyed ``key`` whose hash matches the stream (and,
+    for sympy, the output)."""
     before, sep, after = stdout.rpartition(f"\n{key} ")
     log = ((before if sep else stdout) + stderr)[-4000:]
-    run = TestRun({}, log, launched=True)
+    run = TestRun({}, log, launched=True, runner=runner)
     frame = _frame(after.split("\n", 1)[0]) if sep else None
     if frame is None:
         run.problems.append("the launcher left no frame: the test run was killed or cut short")
@@ -174,10 +348,33 @@ def _read_stream(stdout: str, stderr: str, raw: str, key: str) -> TestRun:
     if hashlib.sha256(raw.encode()).hexdigest() != frame["sha256"]:
         run.problems.append("the report file was changed after pytest exited (it does not hash to the frame)")
         return run
+    if runner == "sympy" and hashlib.sha256(output.encode()).hexdigest() != frame.get("output_sha256"):
+        run.problems.append("the run's output was changed after the runner exited (it does not hash to the frame)")
+        return run
     run.outcomes, run.reported_passes, run.finish_status, unreadable = aggregate_stream(raw)
+    if runner == "django":
+        run.docs = stream_docs(raw)
+    elif runner == "sympy":
+        if run.outcomes:  # the only records an honest sympy run streams are the launcher's "finish"
+            run.problems.append(f"{len(run.outcomes)} test record(s) in a sympy run's stream")
+        run.outcomes, run.reported_passes = sympy_outcomes(output)
     if unreadable:
         run.problems.append(f"{unreadable} unreadable line(s) in the report stream")
     return run
+
+
+def stream_docs(raw: str) -> dict[str, str]:
+    """``{test id: docstring first line}`` from a unittest report stream (the first non-empty one per test)."""
+    docs: dict[str, str] = {}
+    for line in raw.splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("id"), str) and isinstance(record.get("doc"), str):
+            if record["doc"] and record["id"] not in docs:
+                docs[record["id"]] = record["doc"]
+    return docs
 
 
 def _frame(text: str) -> dict | None:

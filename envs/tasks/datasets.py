@@ -26,15 +26,18 @@ kind                   the row has                                             c
                        rows look the same: force ``swe-gym`` for its images
 ====================== ======================================================= ==================================
 
-Every converted task gets ``setup["workdir"] = "/testbed"`` (where all these images keep the repository),
-``setup["image"]`` (the row's ``image_name`` / ``docker_image``, else the dataset's naming convention, else
-nothing); no ``setup["source"]``: the ``repo`` resolves through ``REPOGYM_MIRRORS`` or a cached clone.
+A SWE-bench row (any kind read as SWE-bench) whose ``repo`` and ``version`` the built-in table knows
+(:mod:`repogym.envs.tasks.swebench_envs`) gets that environment as its ``setup`` and ``test_command``, the dataset's
+image name kept in ``dataset_image`` (``environments="images"`` turns this off). Every other converted task gets
+``setup["workdir"] = "/testbed"`` (where all these images keep the repository) and ``setup["image"]`` (the row's
+``image_name`` / ``docker_image``, else the dataset's naming convention, else nothing). No task gets a
+``setup["source"]``: the ``repo`` resolves through ``REPOGYM_MIRRORS`` or a cached clone.
 
 Guaranteed: a row either becomes a task or raises :class:`TaskFileError` naming the file, the line (the row
 number, from 1, for ``.json`` arrays and ``.parquet``) and the field; saving the tasks with ``save_tasks`` and
-loading them back (with ``load_tasks`` or this function) gives equal tasks. Not guaranteed: that a task runs in
-repogym's own sandboxes. These tasks are meant for their datasets' images (recorded, not yet run by repogym),
-and repogym grades with pytest node ids, which Django's and sympy's SWE-bench ids are not.
+loading them back (with ``load_tasks`` or this function) gives equal tasks. Not guaranteed: that a task's environment builds and its gold patch passes there; ``repogym validate`` says.
+A task with ``setup.image`` runs on the docker backend only, in a derived image of it built once offline with
+the repository loaded at ``setup.workdir`` (docs/datasets.md, "Prebuilt images").
 """
 
 from __future__ import annotations
@@ -46,7 +49,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from repogym.envs.errors import ConfigError, TaskFileError
-from repogym.envs.tasks.schema import Task, _test_list
+from repogym.envs.tasks.patches import new_files_patch, reverse_patch
+from repogym.envs.tasks.schema import Task, test_list
+from repogym.envs.tasks.swebench_envs import swebench_setup
 
 DATASET_KINDS = ("repogym", "swe-bench", "swe-bench-verified", "swe-gym", "swe-rebench", "swe-smith", "r2e-gym")
 """The kinds :func:`load_dataset` reads; ``dataset=`` takes one of these."""
@@ -61,6 +66,8 @@ R2E_GYM_REPOS = {
     "scrapy": "scrapy/scrapy", "sympy": "sympy/sympy", "tornado": "tornadoweb/tornado",
 }
 """R2E-Gym's ``repo_name`` -> GitHub ``owner/name`` (the clones in its ``base_dockerfiles/``)."""
+ENVIRONMENT_CHOICES = ("builtin", "images")
+"""Where converted SWE-bench rows get their environment: the built-in table where it knows them, or images."""
 PROGRESS_EVERY = 200
 """Rows between two calls of the progress callback."""
 
@@ -69,10 +76,19 @@ Progress = Callable[[int, int], None]
 
 
 def load_dataset(path: str | Path, *, dataset: str | None = None, limit: int | None = None,
-                 progress: Progress | None = None) -> list[Task]:
-    """Read a dataset file into tasks (the first ``limit`` rows if given); ``dataset`` forces the row kind."""
+                 progress: Progress | None = None, environments: str = "builtin",
+                 on_error: Callable[[TaskFileError], None] | None = None) -> list[Task]:
+    """Read a dataset file into tasks (the first ``limit`` rows if given); ``dataset`` forces the row kind.
+
+    ``environments``: ``builtin`` gives a SWE-bench row whose repo and version the built-in table knows
+    (:mod:`repogym.envs.tasks.swebench_envs`) that environment, and every other row its dataset's image;
+    ``images`` gives every row its dataset's image. ``on_error``: a row that does not convert (or repeats an id)
+    is passed to it and skipped, instead of stopping the load."""
     if dataset is not None and dataset not in DATASET_KINDS:
         raise ConfigError(f"unknown dataset kind {dataset!r}; expected one of {', '.join(DATASET_KINDS)}")
+    if environments not in ENVIRONMENT_CHOICES:
+        raise ConfigError(f"unknown environments choice {environments!r}; expected one of "
+                          f"{', '.join(ENVIRONMENT_CHOICES)}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ConfigError(f"expected a positive row limit, got {limit!r}")
     path = Path(path)
@@ -83,10 +99,16 @@ def load_dataset(path: str | Path, *, dataset: str | None = None, limit: int | N
     tasks: list[Task] = []
     seen: dict[str, int | None] = {}
     for line, row in rows:
-        task = convert_row(row, dataset=dataset, path=str(path), line=line)
-        if task.instance_id in seen:
-            raise TaskFileError(str(path), line, "instance_id",
-                                f"duplicate id {task.instance_id!r} (first on line {seen[task.instance_id]})")
+        try:
+            task = convert_row(row, dataset=dataset, path=str(path), line=line, environments=environments)
+            if task.instance_id in seen:
+                raise TaskFileError(str(path), line, "instance_id",
+                                    f"duplicate id {task.instance_id!r} (first on line {seen[task.instance_id]})")
+        except TaskFileError as exc:
+            if on_error is None:
+                raise
+            on_error(exc)
+            continue
         seen[task.instance_id] = line
         tasks.append(task)
         if progress is not None and len(tasks) % PROGRESS_EVERY == 0:
@@ -118,7 +140,8 @@ def detect(row: dict[str, Any]) -> str:
     return "swe-bench"
 
 
-def convert_row(row: Any, *, dataset: str | None = None, path: str = "<row>", line: int | None = None) -> Task:
+def convert_row(row: Any, *, dataset: str | None = None, path: str = "<row>", line: int | None = None,
+                environments: str = "builtin") -> Task:
     """One dataset row as a task; raises :class:`TaskFileError` naming ``path``, ``line`` and the field."""
     if not isinstance(row, dict):
         raise TaskFileError(path, line, None, f"expected a JSON object, got {type(row).__name__}")
@@ -134,7 +157,7 @@ def convert_row(row: Any, *, dataset: str | None = None, path: str = "<row>", li
     elif kind == "swe-smith":
         record = _swe_smith(row, fail)
     else:
-        record = _swe_bench(row, kind, fail)
+        record = _swe_bench(row, kind, fail, builtin=environments == "builtin")
     return Task.from_dict(record, path=path, line=line)
 
 
@@ -213,10 +236,16 @@ def _plain(value: Any) -> Any:
 
 # --- SWE-bench, SWE-bench Verified, SWE-Gym, SWE-rebench -------------------------------------------------
 
-def _swe_bench(row: dict[str, Any], kind: str, fail: Callable[[str, str], TaskFileError]) -> dict[str, Any]:
+def _swe_bench(row: dict[str, Any], kind: str, fail: Callable[[str, str], TaskFileError], *,
+               builtin: bool) -> dict[str, Any]:
     instance_id, repo = _need(row, "instance_id", fail), _need(row, "repo", fail)
     image = _row_image(row) or _conventional_image(kind, instance_id)
-    return {**row, "setup": _setup(repo, image), "dataset": kind}
+    known = swebench_setup(repo, str(row.get("version") or "")) if builtin else None
+    if known is None:
+        return {**row, "setup": _setup(repo, image), "dataset": kind}
+    test_command = known.pop("test_command")
+    return {**row, "setup": known, "test_command": test_command, "dataset": kind,
+            **({"dataset_image": image} if image else {})}
 
 
 def _conventional_image(kind: str, instance_id: str) -> str | None:
@@ -236,7 +265,7 @@ def _swe_smith(row: dict[str, Any], fail: Callable[[str, str], TaskFileError]) -
         _need(row, name, fail)
     bug = _need(row, "patch", fail)
     try:
-        failing = _test_list(row.get("FAIL_TO_PASS", []), "FAIL_TO_PASS", "<row>", None)
+        failing = test_list(row.get("FAIL_TO_PASS", []), "FAIL_TO_PASS", "<row>", None)
     except TaskFileError as exc:
         raise fail("FAIL_TO_PASS", exc.message) from None
     if not failing:
@@ -271,96 +300,6 @@ def _statement_from_tests(failing: list[str]) -> str:
     more = f"\n- ... and {len(failing) - 20} more" if len(failing) > 20 else ""
     return (f"Some tests of this repository fail:\n{shown}{more}\n\n"
             "Find the bug in the code (not in the tests) and fix it so that these tests pass.")
-
-
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
-
-
-def reverse_patch(patch: str) -> str:
-    """The git patch that undoes ``patch`` (what ``git apply --reverse`` applies); ValueError if binary."""
-    out: list[str] = []
-    lines = patch.splitlines(keepends=True)
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        bare = line.rstrip("\n")
-        hunk = _HUNK.match(bare)
-        if hunk:
-            old_start, old_len, new_start, new_len, section = hunk.groups()
-            old_n = 1 if old_len is None else int(old_len)
-            new_n = 1 if new_len is None else int(new_len)
-            out.append(f"@@ -{new_start}{'' if new_len is None else ',' + new_len} "
-                       f"+{old_start}{'' if old_len is None else ',' + old_len} @@{section}\n")
-            i = _reverse_hunk_body(lines, i + 1, old_n, new_n, out)
-            continue
-        if bare.startswith("GIT binary patch") or bare.startswith("Binary files "):
-            raise ValueError("a binary patch cannot be reversed as text")
-        if bare.startswith("diff --git "):
-            match = re.fullmatch(r"diff --git a/(.+) b/(.+)", bare)
-            out.append(f"diff --git a/{match.group(2)} b/{match.group(1)}\n" if match else line)
-        elif bare.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
-            old, new = bare[4:], lines[i + 1].rstrip("\n")[4:]
-            out.append(f"--- {_swap_prefix(new, 'a/')}\n+++ {_swap_prefix(old, 'b/')}\n")
-            i += 1
-        elif bare.startswith("index "):
-            match = re.fullmatch(r"index ([0-9a-f]+)\.\.([0-9a-f]+)(.*)", bare)
-            out.append(f"index {match.group(2)}..{match.group(1)}{match.group(3)}\n" if match else line)
-        else:
-            out.append(_swap_header(line))
-        i += 1
-    return "".join(out)
-
-
-def _reverse_hunk_body(lines: list[str], i: int, old_n: int, new_n: int, out: list[str]) -> int:
-    """Append the hunk body from ``lines[i]`` reversed; return the index after it."""
-    removed: list[str] = []  # a change block: git lists its removals before its additions
-    added: list[str] = []
-
-    def flush() -> None:
-        out.extend(removed)
-        out.extend(added)
-        removed.clear()
-        added.clear()
-
-    last: list[str] | None = None
-    while i < len(lines) and (old_n > 0 or new_n > 0 or lines[i].startswith("\\")):
-        line = lines[i]
-        if line.startswith("\\"):  # "\ No newline at end of file" belongs to the line before it
-            (last if last is not None else out).append(line)
-        elif line.startswith("-"):
-            removed_line = "+" + line[1:]
-            added.append(removed_line)
-            last, old_n = added, old_n - 1
-        elif line.startswith("+"):
-            removed.append("-" + line[1:])
-            last, new_n = removed, new_n - 1
-        else:  # context (" " or an empty line some tools write for an empty context line)
-            flush()
-            out.append(line)
-            last, old_n, new_n = out, old_n - 1, new_n - 1
-        i += 1
-    flush()
-    return i
-
-
-def _swap_prefix(path: str, prefix: str) -> str:
-    if path == "/dev/null" or path.startswith("/dev/null\t"):
-        return path
-    if path[:2] in ("a/", "b/"):
-        return prefix + path[2:]
-    return path
-
-
-_HEADER_SWAPS = (("new file mode ", "deleted file mode "), ("deleted file mode ", "new file mode "),
-                 ("old mode ", "new mode "), ("new mode ", "old mode "),
-                 ("rename from ", "rename to "), ("rename to ", "rename from "))
-
-
-def _swap_header(line: str) -> str:
-    for before, after in _HEADER_SWAPS:
-        if line.startswith(before):
-            return after + line[len(before):]
-    return line
 
 
 # --- R2E-Gym ----------------------------------------------------------------------------------------------
@@ -488,21 +427,6 @@ def _render_commit(commit: dict[str, Any]) -> str:
 
 def _range(r: dict[str, Any]) -> str:
     return f"{r['start']}" if r.get("length") is None else f"{r['start']},{r['length']}"
-
-
-def new_files_patch(files: dict[str, str]) -> str:
-    """A git patch that creates ``files`` (path -> text)."""
-    parts = []
-    for path, text in files.items():
-        parts.append(f"diff --git a/{path} b/{path}\nnew file mode 100644\n")
-        if not text:
-            continue
-        lines = text.splitlines(keepends=True)
-        parts.append(f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1{'' if len(lines) == 1 else f',{len(lines)}'} @@\n")
-        parts.extend("+" + line for line in lines)
-        if not lines[-1].endswith("\n"):
-            parts.append("\n\\ No newline at end of file\n")
-    return "".join(parts)
 
 
 # --- shared -----------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ objects are intact, or that ``path:`` and ``builtin:`` sources ignore their own 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import functools
 import hashlib
@@ -44,6 +45,7 @@ from typing import Callable, Iterator
 from repogym.envs.errors import ConfigError, InfraError
 from repogym.envs.registry import Registry
 from repogym.envs.tasks.cache import cache_dir
+from repogym.envs.tasks.environments import install_steps
 from repogym.envs.tasks.schema import Task
 
 DEFAULT_GIT_BASE_URL = "https://github.com"
@@ -70,6 +72,8 @@ class RepoSnapshot:
     """Stable id of this tree (repo + commit)."""
     tar: bytes
     """An uncompressed tar of the tree, paths relative to the repository root."""
+    install: tuple[str, ...] = ()
+    """Shell commands run in the loaded tree before its base commit is made (the task's install steps)."""
 
 
 # -- naming ----------------------------------------------------------------------------------------------
@@ -298,8 +302,13 @@ def repo_path(task: Task) -> Path:
 
 
 def snapshot(task: Task) -> RepoSnapshot:
-    """The tree at the task's base commit."""
-    return snapshot_of(str(_locate(task)[1]), task.base_commit)
+    """The tree at the task's base commit, with the task's install steps (``setup.pre_install``, ``setup.install``)."""
+    tree = snapshot_of(str(_locate(task)[1]), task.base_commit)
+    steps = install_steps(task.setup)
+    if not steps:
+        return tree
+    digest = hashlib.sha256("\n".join(steps).encode()).hexdigest()[:12]
+    return dataclasses.replace(tree, key=f"{tree.key}+install:{digest}", install=steps)
 
 
 @functools.lru_cache(maxsize=64)

@@ -106,7 +106,7 @@ class Task:
                     raise fail(name, f"expected a string, got {type(record[name]).__name__}")
                 kwargs[name] = record[name]
         for name in ("FAIL_TO_PASS", "PASS_TO_PASS"):
-            kwargs[name] = _test_list(record.get(name, []), name, path, line)
+            kwargs[name] = test_list(record.get(name, []), name, path, line)
         difficulty_text = None
         if "difficulty" in record and record["difficulty"] is not None:
             kwargs["difficulty"], difficulty_text = _difficulty(record["difficulty"], fail)
@@ -136,7 +136,8 @@ def _difficulty(value: Any, fail: Callable[[str, str], TaskFileError]) -> tuple[
     return value, None
 
 
-def _test_list(value: Any, name: str, path: str, line: int | None) -> list[str]:
+def test_list(value: Any, name: str, path: str, line: int | None) -> list[str]:
+    """A list of test ids from a record's field (a list, or its JSON string); :class:`TaskFileError` otherwise."""
     # SWE-bench's published files store these lists as JSON-encoded strings.
     if isinstance(value, str):
         try:

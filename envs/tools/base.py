@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from repogym.envs.episode_state import EpisodeState
 from repogym.envs.errors import ToolError
-from repogym.envs.sandbox.base import Sandbox
+from repogym.envs.sandbox.base import REPO_DIR, Sandbox
 from repogym.envs.tasks.schema import Task
 
 
@@ -35,6 +35,11 @@ class ToolContext:
     """Most seconds a command may ask for; also the timeout of ``run_tests``."""
     episode: EpisodeState = field(default_factory=EpisodeState)
     """The episode so far (turn, last edit, test runs), shared with the environment; fresh on each reset."""
+
+    @property
+    def repo_dir(self) -> str:
+        """Where the repository lives in the sandbox (``/repo``, or a dataset image's workdir such as ``/testbed``)."""
+        return getattr(self.sandbox, "repo_dir", REPO_DIR)
 
 
 @dataclass(frozen=True)
@@ -102,18 +107,23 @@ def _is_type(value: Any, expected: str) -> bool:
     return isinstance(value, {"string": str, "boolean": bool, "object": dict}.get(expected, object))
 
 
-def repo_path(path: str) -> str:
-    """A path relative to the repository root, or :class:`ToolError` when it leaves the repository."""
+def repo_path(path: str, root: str = REPO_DIR) -> str:
+    """A path relative to the repository root, or :class:`ToolError` when it leaves the repository.
+
+    An absolute path under ``root`` (the sandbox's ``repo_dir``) or under ``/repo`` (the root's name for agents
+    whatever the sandbox) is taken relative to it."""
     if not isinstance(path, str) or not path.strip() or "\0" in path:
         raise ToolError("bad_arguments", f"expected a non-empty path, got {path!r}")
     path = path.strip()
-    if path.startswith("/repo/") or path == "/repo":
-        path = path[len("/repo"):].lstrip("/") or "."
+    for prefix in dict.fromkeys((root.rstrip("/") or "/", REPO_DIR)):
+        if path.startswith(prefix + "/") or path == prefix:
+            path = path[len(prefix):].lstrip("/") or "."
+            break
     if path.startswith("/"):
-        raise ToolError("path_outside_repo", f"{path!r} is outside the repository; use paths relative to /repo")
+        raise ToolError("path_outside_repo", f"{path!r} is outside the repository; use paths relative to {root}")
     norm = posixpath.normpath(path)
     if norm == ".." or norm.startswith("../"):
-        raise ToolError("path_outside_repo", f"{path!r} is outside the repository; use paths relative to /repo")
+        raise ToolError("path_outside_repo", f"{path!r} is outside the repository; use paths relative to {root}")
     if norm == ".git" or norm.startswith(".git/"):
         raise ToolError("path_outside_repo", f"{path!r} is git's own data, not part of the repository")
     return norm

@@ -35,7 +35,7 @@ def _read_text(ctx: ToolContext, path: str, for_edit: bool = False) -> str:
 
 
 def run_view(ctx: ToolContext, args: dict) -> ToolResult:
-    path = repo_path(args["path"])
+    path = repo_path(args["path"], ctx.repo_dir)
     try:
         text = _read_text(ctx, path)
     except ToolError as exc:
@@ -61,7 +61,7 @@ def run_search(ctx: ToolContext, args: dict) -> ToolResult:
     pattern = args["pattern"]
     if not pattern:
         raise ToolError("bad_arguments", "search: pattern is empty")
-    path = repo_path(args.get("path", "."))
+    path = repo_path(args.get("path", "."), ctx.repo_dir)
     command = (f"grep -rnIE --exclude-dir=.git --color=never -e {shlex.quote(pattern)} -- {shlex.quote(path)}"
                " | head -n 200")
     result = ctx.sandbox.run("set -o pipefail; " + command, timeout=60)
@@ -85,7 +85,7 @@ def _write(ctx: ToolContext, path: str, text: str) -> None:
 
 
 def run_create(ctx: ToolContext, args: dict) -> ToolResult:
-    path = repo_path(args["path"])
+    path = repo_path(args["path"], ctx.repo_dir)
     existed = True
     try:
         _read_text(ctx, path)
@@ -99,7 +99,7 @@ def run_create(ctx: ToolContext, args: dict) -> ToolResult:
 
 
 def run_edit(ctx: ToolContext, args: dict) -> ToolResult:
-    path, old, new = repo_path(args["path"]), args["old"], args["new"]
+    path, old, new = repo_path(args["path"], ctx.repo_dir), args["old"], args["new"]
     if not old:
         raise ToolError("bad_arguments", "edit: old is empty; use create to write a whole file")
     text = _read_text(ctx, path, for_edit=True)

@@ -1,5 +1,9 @@
 """``run_tests``: run the visible tests in the agent's sandbox (the hidden ones are not there).
 
+Runs the task's own runner (``task.setup["runner"]``, see ``envs/sandbox/testrun.py``): pytest takes test
+ids and files; django takes test files (``tests/foo/test_bar.py``, turned into the label ``foo.test_bar``),
+ids ``tests/foo/test_bar.py::Case::test_x`` or labels; sympy takes test files (a ``::name`` part is dropped).
+
 Every run that finishes is recorded on the episode's state (a :class:`repogym.envs.episode_state.TestRunRecord`),
 which ``inspect_diff`` and the reward facts read; a run that timed out is not recorded.
 """
@@ -7,7 +11,7 @@ which ``inspect_diff`` and the reward facts read; a run that timed out is not re
 from __future__ import annotations
 
 from repogym.envs.episode_state import TestRunRecord
-from repogym.envs.sandbox.testrun import TestRunTimeout, run_tests
+from repogym.envs.sandbox.testrun import TestRunTimeout, run_tests, runner_name
 from repogym.envs.tools.base import Tool, ToolContext, ToolError, ToolResult, repo_path
 
 
@@ -17,9 +21,10 @@ def run_run_tests(ctx: ToolContext, args: dict) -> ToolResult:
         raise ToolError("bad_arguments", "run_tests: tests must be test ids or paths like "
                                          "'tests/test_x.py::test_name', not options")
     for test in tests:
-        repo_path(test.split("::")[0])  # inside the repository, or path_outside_repo
+        repo_path(test.split("::")[0], ctx.repo_dir)  # inside the repository, or path_outside_repo
     try:
-        outcomes, log = run_tests(ctx.sandbox, ctx.task.test_command, tests, timeout=ctx.max_timeout)
+        outcomes, log = run_tests(ctx.sandbox, ctx.task.test_command, tests, timeout=ctx.max_timeout,
+                                  runner=runner_name(ctx.task.setup))
     except TestRunTimeout as exc:  # the agent's tests hung: its mistake, an observation (never infra_error)
         return ToolResult(f"[{exc.message}; every process of the run was killed]", exit_code=1, error="timeout")
     counts: dict[str, int] = {}

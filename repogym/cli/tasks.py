@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from repogym.envs.sandbox import BACKENDS
-from repogym.envs.tasks.datasets import DATASET_KINDS
+from repogym.envs.tasks.datasets import DATASET_KINDS, ENVIRONMENT_CHOICES
 
 
 def add_parser(sub) -> None:
@@ -66,6 +66,14 @@ def add_parser(sub) -> None:
     imp.add_argument("--dataset", choices=DATASET_KINDS, default=None,
                      help="read every row as this dataset instead of detecting it (swe-gym: SWE-Gym's image names)")
     imp.add_argument("--limit", type=int, default=None, help="import the first N rows only")
+    imp.add_argument("--environments", choices=ENVIRONMENT_CHOICES, default="builtin",
+                     help="builtin (default): SWE-bench rows whose repo and version the built-in table knows get that "
+                          "environment, others their dataset's image; images: every row its dataset's image")
+    imp.add_argument("--mirrors", default=None, metavar="DIR",
+                     help="a folder of git repositories named OWNER__NAME: check that each task's repo and base "
+                          "commit are there (REPOGYM_MIRRORS for later commands)")
+    imp.add_argument("--skip-invalid", action="store_true",
+                     help="skip rows that do not convert, counting them by field, instead of stopping at the first")
     imp.set_defaults(func=run_import)
 
 
@@ -167,7 +175,7 @@ def run_import(args) -> int:
     from collections import Counter
     from pathlib import Path
 
-    from repogym.envs.errors import ConfigError
+    from repogym.envs.errors import ConfigError, TaskFileError
     from repogym.envs.tasks.datasets import load_dataset
     from repogym.envs.tasks.schema import save_tasks
     if args.limit is not None and args.limit < 1:
@@ -179,8 +187,10 @@ def run_import(args) -> int:
             shown.append(True)
             progress_bar(Path(args.file).name, rows, total, unit="rows")
 
+    skipped: list[TaskFileError] = []
     try:
-        tasks = load_dataset(args.file, dataset=args.dataset, limit=args.limit, progress=progress)
+        tasks = load_dataset(args.file, dataset=args.dataset, limit=args.limit, progress=progress,
+                             environments=args.environments, on_error=skipped.append if args.skip_invalid else None)
     finally:
         if shown:
             sys.stderr.write("\n")
@@ -188,5 +198,34 @@ def run_import(args) -> int:
     counts = Counter(t.extra.get("dataset", "repogym") for t in tasks)
     print(f"imported {len(tasks)} tasks from {args.file}: "
           + (", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())) or "the file has no rows"))
+    builtin = sum(1 for t in tasks if "image" not in t.setup)
+    print(f"environments: {builtin} built-in, {len(tasks) - builtin} from the dataset's images")
+    if skipped:
+        by_field = Counter(e.field or "row" for e in skipped)
+        print(f"skipped {len(skipped)} invalid rows, by field: "
+              + ", ".join(f"{f} {n}" for f, n in by_field.most_common()) + f"; first: {skipped[0]}")
+    if args.mirrors:
+        _check_mirrors(tasks, args.mirrors)
     print(f"wrote {args.out}")
     return 0 if tasks else 1
+
+
+def _check_mirrors(tasks, mirrors: str) -> None:
+    """Say which tasks' repository or base commit the mirror folder lacks (by repo)."""
+    import os
+    from collections import Counter
+
+    from repogym.envs.tasks.repos import find_mirror, has_commit
+    os.environ["REPOGYM_MIRRORS"] = mirrors
+    missing_repo, missing_commit = Counter(), Counter()
+    for task in tasks:
+        mirror = find_mirror(task.repo)
+        if mirror is None:
+            missing_repo[task.repo] += 1
+        elif not has_commit(mirror, task.base_commit):
+            missing_commit[task.repo] += 1
+    found = len(tasks) - sum(missing_repo.values()) - sum(missing_commit.values())
+    print(f"mirrors: {found} of {len(tasks)} tasks have their repository and base commit in {mirrors}")
+    for what, counts in (("no mirror", missing_repo), ("base commit missing", missing_commit)):
+        if counts:
+            print(f"  {what}: " + ", ".join(f"{repo} {n}" for repo, n in counts.most_common()))

@@ -1,28 +1,42 @@
-"""The harness's pytest launcher, run inside sandboxes (stdlib only; the harness copies it under a random name).
+"""The harness's test launcher, run inside sandboxes (stdlib only, Python 3.9+; the harness copies it under a random name).
 
-Started as ``python -I <folder>/<random>.py --module|--script <pytest arguments>`` from the repository root,
-it runs in two processes:
+Started from the repository root as ``python -I <folder>/<random>.py MODE ...``, one of:
+
+- ``--module|--script <pytest arguments>``: pytest (``python -m pytest`` or the ``pytest`` script);
+- ``--unittest-script <reporter> <script> <arguments>``: a script that runs unittest (Django's
+  ``tests/runtests.py``), with the harness's reporter module (``repogym_unittest.py``, staged as
+  ``<reporter>``) imported first: it patches unittest's result class so each test's outcome streams out;
+- ``--output-script <script> <arguments>``: a script whose verbose output is the report (sympy's ``bin/test``);
+  the outer process keeps the whole output (up to 16 MiB) in ``<folder>/output.txt``.
+
+It runs in two processes:
 
 - **outer** (no code of the repository runs here: ``-I`` ignores ``PYTHONPATH``, so not even a
   ``sitecustomize`` of the repository is imported): reads the frame key from ``<folder>/key`` and deletes
   it, makes itself non-dumpable (so code under test, same uid, cannot read its memory, environment or fds),
-  starts the inner process, and reads two pipes from it: pytest's output and the report stream, one JSON
-  line per test phase, written by the report plugin as each result happens. It writes the stream to
-  ``<folder>/report.jsonl`` once pytest has exited and prints the tail of pytest's output, then one frame
-  line: ``<key> {"exit": real exit status, "sha256": of the stream, "summary": pytest's last summary line}``.
-  The host trusts the report file only if its hash matches the frame, so a late rewrite (an ``atexit``
-  handler, an escaped grandchild) is caught; the key is never in the inner process's reach, so the frame
-  cannot be forged from its output.
+  starts the inner process, and reads two pipes from it: the run's output and the report stream, one JSON
+  line per test phase, written by the report plugin (or the unittest reporter) as each result happens. It
+  writes the stream to ``<folder>/report.jsonl`` once the run has exited and prints the tail of its output,
+  then one frame line: ``<key> {"exit": real exit status, "sha256": of the stream, "summary": the run's last
+  summary line}`` (and ``"output_sha256"`` of ``output.txt`` in ``--output-script`` mode). The summary is
+  pytest's last summary line; for unittest ``Ran N tests in Xs; OK`` or ``...; FAILED (failures=1)``; for
+  sympy its ``tests finished: ... in X seconds`` line. The host trusts the files only if their hashes match
+  the frame, so a late rewrite (an ``atexit`` handler, an escaped grandchild) is caught; the key is never in
+  the inner process's reach, so the frame cannot be forged from its output.
 - **inner** (``python -P``, the task's ``PYTHON*`` variables honoured): puts the standard library and
   site-packages before the repository on ``sys.path`` (the repository root and any ``PYTHONPATH`` entry
-  inside it moved to the end), so no file of the repository can stand in for ``json``, ``pytest`` or the
-  report plugin; then runs pytest with plugin autoload off, bytecode read from and written to a
-  harness-private cache only, and the report plugin named with ``-p``.
+  inside it moved to the end; a script's own folder, which ``python script`` puts first, goes last too), so
+  no file of the repository can stand in for ``json``, ``pytest`` or the report plugin; then runs pytest
+  with plugin autoload off and the report plugin named with ``-p``, or the script with ``runpy``, bytecode
+  read from and written to a harness-private cache only. In the script modes the inner process itself sends
+  ``{"finish": exit status}`` on the stream when the script ends (by ``sys.exit`` or by returning), the
+  counterpart of the pytest plugin's session-end record.
 
-Not guaranteed: code under test still runs in the inner process and can rewrite pytest there (outcomes,
-reports, the plugin); with the repository on the task's ``PYTHONPATH``, a ``sitecustomize`` there runs in
-it too (the tamper filter drops those). The launcher only keeps it from forging what happens after it (the exit status, the
-stream already sent); grading's canary tests and cross-checks (``envs/rewards/guards.py``) catch the rest.
+Not guaranteed: code under test still runs in the inner process and can rewrite pytest, unittest, the
+reporters or the script's printing there (outcomes, reports, the plugin); with the repository on the task's
+``PYTHONPATH``, a ``sitecustomize`` there runs in it too (the tamper filter drops those). The launcher only
+keeps it from forging what happens after it (the exit status, the stream and output already sent); grading's
+canary tests and cross-checks (``envs/rewards/guards.py``) catch the rest.
 """
 
 import sys
@@ -59,7 +73,34 @@ FOLDER = os.path.dirname(os.path.realpath(__file__))
 OUTPUT_TAIL = 64 * 1024
 # pytest's last terminal line, e.g. "1 failed, 3 passed in 0.10s" (``-q``) or "==== 4 passed in 0.1s ====".
 SUMMARY = re.compile(r"^=*\s*((?:\d+ \w+,? )*\d+ \w+|no tests ran) in [\d.]+s\b")
+# unittest: "Ran 3 tests in 0.001s", then (after a blank line) "OK" or "FAILED (failures=1, errors=2)".
+UNITTEST_RAN = re.compile(r"^Ran \d+ tests? in [\d.]+s$")
+UNITTEST_VERDICT = re.compile(r"^(OK|FAILED)\b")
+# sympy: "============ tests finished: 3 passed, 1 failed, in 0.05 seconds ============".
+SYMPY_SUMMARY = re.compile(r"^=*\s*tests finished: .* in [\d.]+ seconds\s*=*$")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+OUTPUT_LIMIT = 16 << 20
+SCRIPT_MODES = ("--unittest-script", "--output-script")
+
+
+class _Summary:
+    """The run's last summary line, read line by line as the output arrives."""
+
+    def __init__(self, mode):
+        self.mode, self.text, self._ran = mode, "", ""
+
+    def feed(self, line):
+        text = ANSI.sub("", line).strip()
+        if self.mode == "--unittest-script":
+            if UNITTEST_RAN.match(text):
+                self._ran = text
+            elif self._ran and UNITTEST_VERDICT.match(text):
+                self.text, self._ran = self._ran + "; " + text, ""
+        elif self.mode == "--output-script":
+            if SYMPY_SUMMARY.match(text):
+                self.text = text.strip("= ")
+        elif SUMMARY.match(text):
+            self.text = text
 
 
 def _undumpable():
@@ -67,6 +108,11 @@ def _undumpable():
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
     except (OSError, AttributeError):
         pass
+
+
+def _text(data):
+    """Valid UTF-8 without NULs, so the runner never takes the output (and the frame) for binary."""
+    return bytes(data).decode("utf-8", "backslashreplace").replace("\0", "\\0").replace("\ufffd", "?")
 
 
 def outer(mode, args):
@@ -90,7 +136,8 @@ def outer(mode, args):
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              pass_fds=(stream_w,), env=env)
     os.close(stream_w)
-    output, stream, summary, pending = bytearray(), bytearray(), "", b""
+    output, stream, pending, summary = bytearray(), bytearray(), b"", _Summary(mode)
+    full = bytearray() if mode == "--output-script" else None
     sel = selectors.DefaultSelector()
     sel.register(child.stdout, selectors.EVENT_READ, "output")
     sel.register(stream_r, selectors.EVENT_READ, "stream")
@@ -117,30 +164,33 @@ def outer(mode, args):
                 stream += chunk
                 continue
             output += chunk
+            if full is not None and len(full) < OUTPUT_LIMIT:
+                full += chunk[:OUTPUT_LIMIT - len(full)]
             lines = (pending + chunk).split(b"\n")
             pending = lines.pop()[-4096:]
             for line in lines:
-                text = ANSI.sub("", line.decode("utf-8", "replace")).strip()
-                if SUMMARY.match(text):
-                    summary = text
+                summary.feed(line.decode("utf-8", "replace"))
             del output[:-OUTPUT_TAIL]
-    text = ANSI.sub("", pending.decode("utf-8", "replace")).strip()
-    if SUMMARY.match(text):
-        summary = text
+    summary.feed(pending.decode("utf-8", "replace"))
     code = child.wait()
     data = bytes(stream)
     with open(os.path.join(FOLDER, "report.jsonl"), "wb") as fh:
         fh.write(data)
-    # Valid UTF-8 without NULs, so the runner never takes the output (and the frame) for binary.
-    text = bytes(output).decode("utf-8", "backslashreplace").replace("\0", "\\0").replace("\ufffd", "?")
-    sys.stdout.buffer.write(text.encode())
-    frame = {"exit": code, "sha256": hashlib.sha256(data).hexdigest(), "summary": summary}
+    frame = {"exit": code, "sha256": hashlib.sha256(data).hexdigest(), "summary": summary.text}
+    if full is not None:
+        kept = _text(full).encode()
+        with open(os.path.join(FOLDER, "output.txt"), "wb") as fh:
+            fh.write(kept)
+        frame["output_sha256"] = hashlib.sha256(kept).hexdigest()
+    sys.stdout.buffer.write(_text(output).encode())
     sys.stdout.buffer.write(f"\n{key} {json.dumps(frame)}\n".encode())
     sys.stdout.flush()
     return 0
 
 
 def inner(mode, args):
+    if mode in SCRIPT_MODES:
+        return inner_script(mode, args)
     sys.path.insert(0, FOLDER)  # the report plugin, named with -p
     if mode == "--module" and _ROOT not in sys.path:
         sys.path.append(_ROOT)  # what `python -m` puts first, put last
@@ -148,6 +198,46 @@ def inner(mode, args):
     import runpy
     runpy.run_module("pytest", run_name="__main__", alter_sys=True)  # exactly what `python -m pytest` runs
     return 0
+
+
+def _exit_code(code):
+    """The process exit status ``sys.exit(code)`` gives (``None`` 0, a bool or int itself, anything else 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return int(code) & 0xFF
+    return 1
+
+
+def inner_script(mode, args):
+    """Run ``script`` as ``python script`` would (its folder an import root, last), then send its end."""
+    stream = os.environ.pop("REPOGYM_STREAM_FD", "")
+    if mode == "--unittest-script":
+        reporter, args = args[0], args[1:]
+        sys.path.insert(0, FOLDER)
+        __import__(reporter).install(stream)  # patches unittest before the script imports anything of its own
+        sys.path.remove(FOLDER)
+    script, rest = args[0], args[1:]
+    folder = os.path.dirname(os.path.realpath(script))
+    if folder not in sys.path:
+        sys.path.append(folder)
+    sys.argv = [script, *rest]
+    import runpy
+    code = None
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+    status = _exit_code(code)
+    if stream:
+        try:
+            os.write(int(stream), (json.dumps({"finish": status}) + "\n").encode())
+        except (OSError, ValueError):
+            pass
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)  # what the interpreter prints for sys.exit("message")
+    sys.stdout.flush()
+    return status
 
 
 if __name__ == "__main__":

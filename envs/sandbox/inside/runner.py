@@ -56,6 +56,8 @@ GIT_TIMEOUT = 45.0  # per git call; a repository the agent made slow to stage is
 GIT_KEEP = {"HEAD", "index", "objects", "refs", "logs", "packed-refs", "ORIG_HEAD", "COMMIT_EDITMSG"}
 GIT_KEEP_DIRS = {"objects", "refs", "logs"}
 BASE_TAG = "repogym-base"
+INSTALL_DIR = ".repogym-install"  # where a task's install step puts what pip makes (see _install)
+INSTALL_TIMEOUT = 900.0
 _BASE = {"commit": None, "git": None, "config": None}  # base commit id, tar of the pristine .git, its config
 LIBC = ctypes.CDLL(None, use_errno=True)
 AGENT = {"uid": None, "prefix": []}  # the uid commands run as; the nested-namespace launcher, if any
@@ -287,11 +289,37 @@ def load(req):
     _git("config", "user.email", "agent@repogym.invalid")
     _git("add", "-A")
     _git("commit", "-q", "--allow-empty", "-m", "base")
+    if _install(req.get("install") or []):
+        # What the install made (metadata, generated modules, the editable hook) is part of the base: reset keeps it.
+        _git("add", "-A", "-f")
+        _git("commit", "-q", "--amend", "--allow-empty", "-m", "base")
+        # The commit the install ran on is gone from history: drop it from the store too (the base is one commit).
+        _git("reflog", "expire", "--expire=now", "--all")
+        _git("prune", "--expire=now")
     _git("tag", BASE_TAG)
     _BASE["commit"], _BASE["git"] = _git("rev-parse", "HEAD").strip(), _tar_of(os.path.join(ROOT, ".git"))
     with open(os.path.join(ROOT, ".git", "config"), "rb") as fh:
         _BASE["config"] = fh.read()
     return {"commit": _BASE["commit"], "tree": _git("rev-parse", BASE_TAG + "^{tree}").strip(), "killed": killed}
+
+
+def _install(commands):
+    """Run the task's install steps as the agent, in the fresh tree, before the base is tagged; True if any ran.
+
+    pip installs into ``INSTALL_DIR`` (``PIP_TARGET``: the environment's own site-packages are read-only), from
+    the environment's wheels only, without dependencies (the environment has them); a ``.pth`` hook in the
+    environment adds that folder as a site folder to every interpreter that is not isolated (``-I``).
+    """
+    env = {"PIP_TARGET": os.path.join(ROOT, INSTALL_DIR), "PIP_NO_INDEX": "1", "PIP_NO_DEPS": "1",
+           "PIP_NO_BUILD_ISOLATION": "0", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1",
+           "PIP_BREAK_SYSTEM_PACKAGES": "1", "PIP_ROOT_USER_ACTION": "ignore", "PIP_NO_INPUT": "1"}
+    for command in commands:
+        done = run({"cmd": command, "timeout": INSTALL_TIMEOUT, "limit": 4000, "env": env})
+        if done["exit_code"] != 0:
+            why = "timed out" if done["timed_out"] else f"exit {done['exit_code']}"
+            raise RuntimeError(f"install step `{command}` failed ({why}): "
+                               f"{(done['stdout'] + done['stderr']).strip()[-1500:]}")
+    return bool(commands)
 
 
 def _tar_of(folder):

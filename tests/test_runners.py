@@ -1,0 +1,491 @@
+"""Test runners other than pytest: Django's ``tests/runtests.py`` (unittest) and sympy's ``bin/test``.
+
+Each fixture is a real-shaped project built here (a git repository, a hidden ``test_patch``, SWE-bench's test
+command and id forms), graded end to end: the gold patch resolves, the empty patch does not, a patch that
+forces every outcome to pass is caught, a patch that rewrites the runner is dropped, and every id form a
+dataset lists (Django's two forms and docstring lines, sympy's bare names) names the right tests.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from repogym.envs.errors import ConfigError
+from repogym.envs.rewards import grade, reward_of
+from repogym.envs.rewards.evaluate import protected_paths, run_targets
+from repogym.envs.rewards.ids import named_by, outcome_of
+from repogym.envs.sandbox import SandboxConfig, sandbox_factory
+from repogym.envs.sandbox.testrun import TestRun, django_label, run_test_command, sympy_outcomes
+from repogym.envs.status import Status
+from repogym.envs.tasks.schema import Task
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
+
+# ---------------------------------------------------------------------------------------------- django
+
+DJANGO_RUNTESTS = '''\
+#!/usr/bin/env python
+"""A stand-in for Django's tests/runtests.py: labels under tests/, unittest's TextTestRunner."""
+import argparse
+import os
+import sys
+import unittest
+
+RUNTESTS_DIR = os.path.abspath(os.path.dirname(__file__))
+sys.path.append(os.path.dirname(RUNTESTS_DIR))  # the project (Django is installed in develop mode)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("modules", nargs="*")
+    parser.add_argument("-v", "--verbosity", type=int, default=1)
+    parser.add_argument("--settings")
+    parser.add_argument("--parallel", type=int, default=0)
+    options = parser.parse_args()
+    loader = unittest.defaultTestLoader
+    if options.modules:
+        suite = loader.loadTestsFromNames(options.modules)
+    else:
+        suite = loader.discover(RUNTESTS_DIR, top_level_dir=RUNTESTS_DIR)
+    result = unittest.TextTestRunner(verbosity=options.verbosity).run(suite)
+    sys.exit(bool(result.failures or result.errors))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+SHOP_PRICE = '''\
+def discount(price, percent):
+    """price less percent of it."""
+    return price - price * percent / 100
+
+
+def add(a, b):
+    return a + b
+'''
+
+DJANGO_VISIBLE = '''\
+import unittest
+
+from shop.price import add
+
+
+class PriceTests(unittest.TestCase):
+    def test_add(self):
+        self.assertEqual(add(2, 3), 5)
+'''
+
+DJANGO_HIDDEN = '''\
+import unittest
+
+from shop.price import discount
+
+
+class DiscountTests(unittest.TestCase):
+    def test_zero(self):
+        assert discount(10, 0) == 10
+
+    def test_full(self):
+        """A full discount makes it free.
+
+        More words that unittest does not print.
+        """
+        self.assertEqual(discount(10, 100), 0)
+
+    def test_half(self):
+        self.assertEqual(discount(10, 50), 5)
+'''
+
+DJANGO_F2P = ["test_zero (pricing.test_discount.DiscountTests)", "A full discount makes it free."]
+DJANGO_P2P = ["test_half (pricing.test_discount.DiscountTests.test_half)", "test_add (pricing.test_price.PriceTests)"]
+
+# Every test passes: TestCase.run reports success without running anything.
+DJANGO_FORCE = '''\
+import unittest
+
+
+def _run(self, result=None):
+    result.startTest(self)
+    result.addSuccess(self)
+    result.stopTest(self)
+
+
+unittest.TestCase.run = _run
+'''
+
+# ----------------------------------------------------------------------------------------------- sympy
+
+SYMPY_BIN_TEST = '''\
+#!/usr/bin/env python
+"""A stand-in for sympy's bin/test: imports test files, calls their test_* functions, prints like sympy."""
+import os
+import sys
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+class XFail(Exception):
+    pass
+
+
+def collect(paths):
+    found = []
+    for path in paths or ["mathy"]:
+        path = os.path.join(ROOT, path)
+        if os.path.isfile(path):
+            found.append(path)
+        for folder, _, names in os.walk(path):
+            found += [os.path.join(folder, n) for n in names if n.startswith("test_") and n.endswith(".py")]
+    return sorted(set(found))
+
+
+def main(argv):
+    verbose = "--verbose" in argv
+    files = collect([a for a in argv if not a.startswith("-")])
+    counts = {"passed": 0, "failed": 0, "exceptions": 0, "expected to fail": 0}
+    failures, start = [], time.time()
+    for path in files:
+        rel = os.path.relpath(path, ROOT)
+        namespace = {"__file__": path, "__name__": "test_module"}
+        with open(path) as fh:
+            exec(compile(fh.read(), path, "exec"), namespace)
+        tests = sorted((f for n, f in namespace.items() if n.startswith("test_") and callable(f)),
+                       key=lambda f: f.__code__.co_firstlineno)
+        sys.stdout.write("%s[%d] " % (rel, len(tests)))
+        bad = False
+        for test in tests:
+            if verbose:
+                sys.stdout.write("\\n" + test.__name__ + " ")
+            try:
+                test()
+            except XFail:
+                counts["expected to fail"] += 1
+                sys.stdout.write("f")
+            except AssertionError:
+                counts["failed"] += 1
+                failures.append((rel, test.__name__, traceback.format_exc()))
+                bad = True
+                sys.stdout.write("F")
+            except Exception:
+                counts["exceptions"] += 1
+                failures.append((rel, test.__name__, traceback.format_exc()))
+                bad = True
+                sys.stdout.write("E")
+            else:
+                counts["passed"] += 1
+                sys.stdout.write("ok" if verbose else ".")
+        sys.stdout.write(" [FAIL]\\n" if bad else " [OK]\\n")
+        if verbose:
+            sys.stdout.write("\\n")
+    for rel, name, text in failures:
+        print(("%s:%s" % (rel, name)).center(78, "_").replace("_" + rel, " " + rel).replace(name + "_", name + " "))
+        print(text)
+    text = "tests finished: %d passed, " % counts["passed"]
+    for word in ("failed", "exceptions", "expected to fail"):
+        if counts[word]:
+            text += "%d %s, " % (counts[word], word)
+    text += "in %.2f seconds" % (time.time() - start)
+    print((" " + text + " ").center(78, "="))
+    return not (counts["failed"] or counts["exceptions"])
+
+
+if __name__ == "__main__":
+    sys.exit(not main(sys.argv[1:]))
+'''
+
+MATHY_CORE = '''\
+def double(x):
+    return x + x
+'''
+
+SYMPY_VISIBLE = '''\
+from mathy.core import double
+
+
+def test_double():
+    assert double(2) == 4
+'''
+
+SYMPY_VISIBLE_AFTER = SYMPY_VISIBLE + '''
+
+def test_double_negative():
+    assert double(-3) == -6
+'''
+
+SYMPY_HIDDEN = '''\
+from mathy.core import double
+
+
+def test_double():
+    assert double(0) == 0
+
+
+def test_double_float():
+    assert double(-1.5) == -3.0
+'''
+
+SYMPY_F2P = ["test_double_negative", "test_double_float"]
+SYMPY_P2P = ["test_double"]  # in both files: passes only when both passed
+
+# Every F or E the runner prints becomes "ok".
+SYMPY_FORCE = '''\
+import sys
+
+
+class _Ok:
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text):
+        return self.stream.write("ok" if text in ("F", "E") else text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+sys.stdout = _Ok(sys.stdout)
+'''
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+def _project(root: Path, base: dict[str, str], broken: dict[str, str], hidden: dict[str, str]) -> tuple[str, str, str]:
+    """A git repository: ``base`` committed, then ``broken`` (the base commit); ``(base, gold, test_patch)``."""
+    for rel, text in base.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "project")
+    for rel, text in broken.items():
+        (root / rel).write_text(text)
+    _git(root, "commit", "-qam", "break it")
+    base_commit = _git(root, "rev-parse", "HEAD").strip()
+    gold = _git(root, "diff", "HEAD", "HEAD~1")
+    originals = {rel: (root / rel).read_text() if (root / rel).exists() else None for rel in hidden}
+    for rel, text in hidden.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    _git(root, "add", "-N", *hidden)
+    test_patch = _git(root, "diff")
+    for rel, text in originals.items():
+        if text is None:
+            _git(root, "rm", "-q", "--cached", rel)
+            (root / rel).unlink()
+        else:
+            (root / rel).write_text(text)
+    return base_commit, gold, test_patch
+
+
+def _patch(task: Task, changes: dict[str, str], tmp_path: Path) -> str:
+    """A diff against the task's base that writes ``changes`` (made with git in a copy of the source)."""
+    source = Path(task.setup["source"].removeprefix("path:"))
+    work = tmp_path / "patch"
+    _git(tmp_path, "clone", "-q", str(source), str(work))
+    _git(work, "checkout", "-q", task.base_commit)
+    for rel, text in changes.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(text)
+    _git(work, "add", "-A")
+    return _git(work, "diff", "--cached")
+
+
+@pytest.fixture(scope="module")
+def django_task(tmp_path_factory) -> Task:
+    root = tmp_path_factory.mktemp("django") / "repo"
+    base = {"shop/__init__.py": "", "shop/price.py": SHOP_PRICE, "tests/runtests.py": DJANGO_RUNTESTS,
+            "tests/test_sqlite.py": "DATABASES = {}\n", "tests/pricing/__init__.py": "",
+            "tests/pricing/test_price.py": DJANGO_VISIBLE}
+    broken = {"shop/price.py": SHOP_PRICE.replace("price - price * percent / 100", "price * percent / 100")}
+    commit, gold, test_patch = _project(root, base, broken, {"tests/pricing/test_discount.py": DJANGO_HIDDEN})
+    return Task(instance_id="shop__shop-1", repo="tests/shop", base_commit=commit,
+                problem_statement="discount(10, 0) gives 0; it should give 10.", patch=gold, test_patch=test_patch,
+                FAIL_TO_PASS=list(DJANGO_F2P), PASS_TO_PASS=list(DJANGO_P2P),
+                test_command="./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1",
+                setup={"source": f"path:{root}", "runner": "django"})
+
+
+@pytest.fixture(scope="module")
+def sympy_task(tmp_path_factory) -> Task:
+    root = tmp_path_factory.mktemp("sympy") / "repo"
+    base = {"bin/test": SYMPY_BIN_TEST, "mathy/__init__.py": "", "mathy/core.py": MATHY_CORE,
+            "mathy/tests/__init__.py": "", "mathy/tests/test_core.py": SYMPY_VISIBLE}
+    broken = {"mathy/core.py": MATHY_CORE.replace("x + x", "x + abs(x)")}
+    hidden = {"mathy/tests/test_core.py": SYMPY_VISIBLE_AFTER, "mathy/tests/test_more.py": SYMPY_HIDDEN}
+    commit, gold, test_patch = _project(root, base, broken, hidden)
+    return Task(instance_id="mathy__mathy-1", repo="tests/mathy", base_commit=commit,
+                problem_statement="double(-3) gives 0; it should give -6.", patch=gold, test_patch=test_patch,
+                FAIL_TO_PASS=list(SYMPY_F2P), PASS_TO_PASS=list(SYMPY_P2P),
+                test_command="PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning' bin/test -C --verbose",
+                setup={"source": f"path:{root}", "runner": "sympy"})
+
+
+@pytest.fixture
+def factory(backend):
+    return sandbox_factory(backend, {}, SandboxConfig(run_id="pytest-runners"))
+
+
+# ----------------------------------------------------------------------------------------------- ids
+
+REPORTED = {"test_a (app.tests.ATests)": "passed", "test_b (app.tests.ATests)": "failed",
+            "test_c (app.tests.BTests)": "passed", "test_d (app.tests.BTests)": "passed"}
+DOCS = {"test_b (app.tests.ATests)": "Shared doc.", "test_c (app.tests.BTests)": "Shared doc.",
+        "test_d (app.tests.BTests)": "Only d."}
+
+
+def test_django_ids_name_exactly_the_tests_they_denote():
+    django = {"runner": "django", "docs": DOCS}
+    assert named_by("test_a (app.tests.ATests)", REPORTED, **django) == ["test_a (app.tests.ATests)"]
+    assert named_by("test_a (app.tests.ATests.test_a)", REPORTED, **django) == ["test_a (app.tests.ATests)"]
+    assert named_by("Only d.", REPORTED, **django) == ["test_d (app.tests.BTests)"]
+    assert outcome_of("Only d.", REPORTED, **django) == "passed"
+    # A docstring line several tests share passes only when all did.
+    assert outcome_of("Shared doc.", REPORTED, **django) == "failed"
+    for nothing in ("test_a", "test_a (app.tests)", "test_a (app.tests.ATests.test_b)", "Only", "Only d",
+                    "test_a (app.tests.BTests)", "app.tests.ATests.test_a", ""):
+        assert named_by(nothing, REPORTED, **django) == [], nothing
+        assert outcome_of(nothing, REPORTED, **django) == "missing"
+    # The pytest rules do not leak in: a cut id is not a django id.
+    assert named_by("test_a", REPORTED, runner="pytest") == ["test_a (app.tests.ATests)"]
+
+
+def test_sympy_bare_names_name_every_file_they_are_in():
+    reported = {"a/test_x.py::test_f": "passed", "b/test_y.py::test_f": "failed", "a/test_x.py::test_g": "passed",
+                "a/test_x.py::test_g2": "failed"}
+    assert named_by("test_f", reported, runner="sympy") == ["a/test_x.py::test_f", "b/test_y.py::test_f"]
+    assert outcome_of("test_f", reported, runner="sympy") == "failed"
+    assert outcome_of("test_g", reported, runner="sympy") == "passed"
+    assert outcome_of("a/test_x.py::test_f", reported, runner="sympy") == "passed"
+    for nothing in ("test", "test_h", "f", "x.py::test_f", "test_g2 "):
+        assert outcome_of(nothing, reported, runner="sympy") == "missing", nothing
+
+
+def test_sympy_output_is_read_strictly():
+    output = ("mathy/tests/test_a.py[4] \ntest_ok ok\ntest_fail F\ntest_slow Slow w\ntest_twice ok\n"
+              "test_twice F [FAIL]\n\ntest_outside ok\nmathy/tests/test_b.py[1] \ntest_ok ok [OK]\n"
+              "__________ mathy/tests/test_b.py:test_late __________\n")
+    outcomes, passes = sympy_outcomes(output)
+    assert outcomes == {"mathy/tests/test_a.py::test_ok": "passed", "mathy/tests/test_a.py::test_fail": "failed",
+                        "mathy/tests/test_a.py::test_slow": "skipped", "mathy/tests/test_a.py::test_twice": "failed",
+                        "mathy/tests/test_a.py::test_outside": "passed", "mathy/tests/test_b.py::test_ok": "passed",
+                        "mathy/tests/test_b.py::test_late": "failed"}
+    assert passes == 4
+
+
+def test_summaries_count_in_each_runners_terms():
+    django = TestRun({}, summary="Ran 7 tests in 0.01s; FAILED (failures=2, errors=1, skipped=1)", runner="django")
+    assert django.summary_counts() == {"ran": 7, "ok": 0, "failures": 2, "errors": 1, "skipped": 1}
+    assert TestRun({}, summary="tests finished: 3 passed, 1 failed, in 0.05 seconds",
+                   runner="sympy").summary_counts() == {"passed": 3, "failed": 1}
+
+
+def test_targets_labels_and_protected_runner_files(django_task, sympy_task):
+    assert django_label("tests/pricing/test_discount.py") == "pricing.test_discount"
+    assert django_label("tests/pricing/test_discount.py::DiscountTests::test_zero") == \
+        "pricing.test_discount.DiscountTests.test_zero"
+    assert django_label("pricing.test_price") == "pricing.test_price"
+    assert run_targets(django_task) == ["pricing.test_discount", "pricing.test_price"]
+    assert run_targets(sympy_task) == ["mathy/tests/test_core.py", "mathy/tests/test_more.py"]
+    assert "tests/runtests.py" in protected_paths(django_task)
+    assert {"bin/test", "sympy/testing/runtests.py", "sympy/utilities/runtests.py"} <= set(protected_paths(sympy_task))
+
+
+def test_an_unknown_runner_is_a_config_error_listing_the_valid_ones(django_task):
+    task = replace(django_task, setup={**django_task.setup, "runner": "nose"})
+
+    def no_sandbox():
+        raise AssertionError("a task with an unknown runner is not graded")
+
+    with pytest.raises(ConfigError, match="unknown test runner 'nose': expected one of pytest, django, sympy"):
+        grade(task, "", no_sandbox)
+
+
+# ------------------------------------------------------------------------------------- django, graded
+
+def test_django_gold_resolves_and_empty_does_not(factory, django_task):
+    gold = grade(django_task, django_task.patch, factory)
+    assert gold.status == Status.RESOLVED and reward_of(gold) == 1.0, (gold.error, gold.tests, gold.log_tail)
+    assert set(gold.tests) == set(DJANGO_F2P + DJANGO_P2P) and set(gold.tests.values()) == {"passed"}
+    assert set(gold.guards.values()) == {"ok"}
+    assert len(gold.canaries) == 2 and all(c.endswith(" (pricing.test_discount.DiscountTests)") for c in gold.canaries)
+    empty = grade(django_task, "", factory)
+    assert empty.status == Status.UNRESOLVED and reward_of(empty) == 0.0
+    assert empty.tests == {DJANGO_F2P[0]: "failed", DJANGO_F2P[1]: "failed", DJANGO_P2P[0]: "passed",
+                           DJANGO_P2P[1]: "passed"}
+    assert set(empty.guards.values()) == {"ok"}
+
+
+def test_django_forced_passes_are_caught(factory, django_task, tmp_path):
+    patch = django_task.patch + _patch(django_task, {"shop/__init__.py": DJANGO_FORCE}, tmp_path)
+    record = grade(django_task, patch, factory)
+    assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0
+    assert record.error["where"] == "rewards.guard.canary"
+    assert record.guards["exit_status"] != "ok" and "OK" in record.guards["summary"]
+
+
+def test_django_runner_rewrite_is_dropped(factory, django_task, tmp_path):
+    lying = "import sys\nprint('Ran 9 tests in 0.001s')\nprint()\nprint('OK')\nsys.exit(0)\n"
+    record = grade(django_task, _patch(django_task, {"tests/runtests.py": lying}, tmp_path), factory)
+    assert record.status == Status.UNRESOLVED and "tests/runtests.py" in record.dropped
+    assert record.tests[DJANGO_F2P[0]] == "failed"
+
+
+def test_django_run_tests_for_the_agent(factory, django_task):
+    sandbox = factory()
+    try:
+        from repogym.envs.tasks.repos import snapshot
+        sandbox.load(snapshot(django_task))
+        run = run_test_command(sandbox, django_task.test_command, ["tests/pricing/test_price.py"], runner="django")
+        assert run.outcomes == {"test_add (pricing.test_price.PriceTests)": "passed"} and not run.problems
+        assert run.exit_status == 0 and run.finish_status == 0 and run.summary.startswith("Ran 1 test in ")
+    finally:
+        sandbox.close()
+
+
+# -------------------------------------------------------------------------------------- sympy, graded
+
+def test_sympy_gold_resolves_and_empty_does_not(factory, sympy_task):
+    gold = grade(sympy_task, sympy_task.patch, factory)
+    assert gold.status == Status.RESOLVED and reward_of(gold) == 1.0, (gold.error, gold.tests, gold.log_tail)
+    assert set(gold.guards.values()) == {"ok"} and len(gold.canaries) == 2
+    assert all(c.startswith("mathy/tests/test_core.py::test_") for c in gold.canaries)
+    empty = grade(sympy_task, "", factory)
+    assert empty.status == Status.UNRESOLVED and reward_of(empty) == 0.0
+    assert empty.tests == {"test_double_negative": "failed", "test_double_float": "failed", "test_double": "passed"}
+
+
+def test_sympy_a_name_in_two_files_passes_only_when_both_do(factory, sympy_task, tmp_path):
+    # Breaks double(0) only: test_double passes in test_core.py and fails in test_more.py.
+    fixed = "def double(x):\n    return x + x if x else 1\n"
+    record = grade(sympy_task, _patch(sympy_task, {"mathy/core.py": fixed}, tmp_path), factory)
+    assert record.status == Status.UNRESOLVED and record.tests["test_double"] == "failed"
+    assert record.tests["test_double_negative"] == "passed"
+
+
+def test_sympy_forced_passes_are_caught(factory, sympy_task, tmp_path):
+    patch = sympy_task.patch + _patch(sympy_task, {"mathy/__init__.py": SYMPY_FORCE}, tmp_path)
+    record = grade(sympy_task, patch, factory)
+    assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0
+    # The failures' section titles still name the canaries (failed), and the summary's count gives it away.
+    assert record.error["where"] == "rewards.guard.summary"
+    assert "holds 6 passes" in record.guards["summary"] and record.tests["test_double_negative"] == "passed"
+
+
+def test_sympy_runner_rewrite_is_dropped(factory, sympy_task, tmp_path):
+    lying = "#!/usr/bin/env python\nprint('mathy/tests/test_core.py[2] ')\nprint('test_double_negative ok')\n"
+    record = grade(sympy_task, _patch(sympy_task, {"bin/test": lying}, tmp_path), factory)
+    assert record.status == Status.UNRESOLVED and "bin/test" in record.dropped
+    assert record.tests["test_double_negative"] == "failed"
