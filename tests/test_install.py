@@ -1,4 +1,5 @@
-"""A task's install step (``setup.install``): a src-layout setuptools-scm project installs itself, on both backends."""
+"""A task's environment as data: its install step (a src-layout setuptools-scm project installs itself, on both
+backends) and its CPUs."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from repogym.envs.status import Status
 from repogym.envs.tasks.environments import environment_requirements, install_steps
 from repogym.envs.tasks.repos import snapshot
 from repogym.envs.tasks.schema import Task
+from tests.conftest import require_backend
 
 PACKAGE = '''\
 from importlib.metadata import version as _dist_version
@@ -150,3 +152,19 @@ def test_validate_calls_a_failing_install_an_environment_build_failure(scm_task)
     task = replace(scm_task, setup={**scm_task.setup, "install": "python -m pip install -e ./nowhere"})
     verdict = validate_task(task, sandbox_factory("local", task.setup, SandboxConfig(run_id="pytest")), runs=1)
     assert verdict.reasons == ["env_build"] and "nowhere" in verdict.problems[0]
+
+
+def test_setup_cpus_is_checked():
+    with pytest.raises(ConfigError, match=r"setup.cpus: expected a number of CPUs"):
+        sandbox_factory("local", {"cpus": "two"})
+
+
+@pytest.mark.docker
+def test_setup_cpus_raises_the_containers_limit(tiny_task):
+    require_backend("docker")
+    sandbox = sandbox_factory("docker", {**tiny_task.setup, "cpus": 2}, SandboxConfig(run_id="pytest"))()
+    try:
+        sandbox.container.reload()
+        assert sandbox.container.attrs["HostConfig"]["NanoCpus"] == 2_000_000_000
+    finally:
+        sandbox.close()

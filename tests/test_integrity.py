@@ -434,3 +434,8 @@ def test_validate_cli_reports_a_leak(tmp_path, capsys, tiny_task, backend, monke
     monkeypatch.setattr(validate, "find_leaks", lambda task, make: ["planted"])
     assert main(["validate", "--tasks", str(path), "--sandbox", backend]) == 1
     assert "leak: planted" in capsys.readouterr().out
+
+
+def test_imports_are_not_searched_for():
+    patch = "+from babel.messages.catalog import Catalog\n+import os.path as osp\n+    catalog = Catalog()\n+important = 3\n"
+    assert added_lines(patch, "") == ["catalog = Catalog()", "important = 3"]

@@ -489,3 +489,18 @@ def test_sympy_runner_rewrite_is_dropped(factory, sympy_task, tmp_path):
     record = grade(sympy_task, _patch(sympy_task, {"bin/test": lying}, tmp_path), factory)
     assert record.status == Status.UNRESOLVED and "bin/test" in record.dropped
     assert record.tests["test_double_negative"] == "failed"
+
+
+def test_a_sympy_summary_wrapped_at_the_terminal_width_is_read_whole():
+    import importlib.util
+
+    from repogym.envs.sandbox.base import INSIDE_DIR
+    spec = importlib.util.spec_from_file_location("repogym_launch_under_test", INSIDE_DIR / "repogym_launch.py")
+    launch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launch)
+    summary = launch._Summary("--output-script")
+    for line in ["sympy/x/tests/test_y.py[3] ..F", "==== tests finished: 111 passed, 2 failed, 4 expected to fail, ",
+                 "39 exceptions, in 10.78 seconds ====", "DO *NOT* COMMIT!"]:
+        summary.feed(line)
+    assert summary.text == "tests finished: 111 passed, 2 failed, 4 expected to fail, 39 exceptions, in 10.78 seconds"
+    assert TestRun({}, summary=summary.text, runner="sympy").summary_counts()["passed"] == 111

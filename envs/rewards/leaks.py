@@ -51,19 +51,21 @@ holds most of them."""
 KEEP_REFS = {"refs/heads/main", "refs/tags/repogym-base"}
 
 
+# An import names a module that is installed anyway (``from babel.messages.catalog import Catalog`` is in babel).
+_IMPORT = re.compile(r"(from\s+[\w.]+\s+)?import\s")
 _COMMON = set(keyword.kwlist) | set(dir(builtins)) | {"self", "cls", "args", "kwargs"}
 
 
 def added_lines(patch: str, base_text: str) -> list[str]:
     """Distinctive lines ``patch`` adds: stripped, at least :data:`MIN_LINE` long, naming something beyond
-    keywords and builtins (``return False`` is in every library), and found nowhere in ``base_text``."""
+    keywords and builtins (``return False`` is in every library), not an import, and found nowhere in ``base_text``."""
     found = []
     for line in patch.splitlines():
         if not line.startswith("+") or line.startswith("+++"):
             continue
         text = line[1:].strip()
         names = set(re.findall(r"[A-Za-z_]\w*", text)) - _COMMON
-        if len(text) >= MIN_LINE and names and text not in base_text:
+        if len(text) >= MIN_LINE and names and text not in base_text and not _IMPORT.match(text):
             found.append(text)
     return sorted(set(found))
 

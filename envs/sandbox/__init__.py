@@ -9,6 +9,7 @@ else repogym's environment image; any other backend refuses a task with ``setup.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
 from typing import Any
@@ -56,8 +57,15 @@ def make_sandbox(name: str | None = None, config: SandboxConfig | None = None, *
 
 
 def sandbox_factory(backend: str, setup: dict | None = None, config: SandboxConfig | None = None):
-    """A no-argument callable making sandboxes of ``backend`` for a task ``setup`` (builds the image once)."""
+    """A no-argument callable making sandboxes of ``backend`` for a task ``setup`` (builds the image once).
+
+    ``setup.cpus`` raises the sandbox's CPU limit to that many (tests that need parallel workers)."""
     config = config or SandboxConfig()
+    wanted_cpus = (setup or {}).get("cpus")
+    if wanted_cpus is not None:
+        if isinstance(wanted_cpus, bool) or not isinstance(wanted_cpus, (int, float)) or not 0 < wanted_cpus <= 64:
+            raise ConfigError(f"setup.cpus: expected a number of CPUs in (0, 64], got {wanted_cpus!r}")
+        config = dataclasses.replace(config, cpus=max(config.cpus, float(wanted_cpus)))
     if backend == "docker" and (setup or {}).get("image") and not config.image:
         from repogym.envs.sandbox.prebuilt import ensure_prebuilt_image
         prebuilt = ensure_prebuilt_image(setup)

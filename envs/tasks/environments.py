@@ -11,6 +11,7 @@ key             meaning
 ``pre_install`` shell commands run in the fresh tree before the install step (e.g. ``sed`` on ``setup.py``)
 ``install``     one shell command that installs the repository itself, e.g. ``python -m pip install -e .``
 ``runner``      how tests run and report: ``pytest`` (default), ``django``, ``sympy``
+``cpus``        CPUs the sandbox gets at least (tests of parallel workers skip on one)
 ``image``       a prebuilt image to run instead of repogym's own (docker backend only)
 ``workdir``     where that image keeps the repository (``/testbed`` in the datasets' images)
 ``source``      where the repository comes from (see :mod:`repogym.envs.tasks.repos`)

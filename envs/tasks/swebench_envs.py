@@ -67,12 +67,13 @@ ENVIRONMENTS: dict[str, dict[str, dict[str, Any]]] = {
                              {"python": "3.9", "pip": ["mpmath==1.3.0"], "install": EDITABLE, "runner": "sympy",
                               "test_command": SYMPY_TEST}),
     "pylint-dev/pylint": {
-        **_versions("2.10 2.11", {"python": "3.9", "pip": ["astroid==2.8.6", "pytest==6.2.5", *_PYLINT_COMMON],
+        **_versions("2.10 2.11", {"python": "3.9", "pip": ["astroid==2.8.6", "pytest==6.2.5", "appdirs==1.4.4",
+                                                    *_PYLINT_COMMON],
                                   "install": EDITABLE, "test_command": PYTEST}),
         **_versions("2.13 2.14 2.15", {"python": "3.9", "pip": ["astroid==2.11.7", "dill==0.3.6", "tomli==2.0.1",
                                                                 "tomlkit==0.11.8", "pytest==7.1.3",
                                                                 "pytest-timeout==2.1.0", *_PYLINT_COMMON],
-                                       "install": EDITABLE, "test_command": PYTEST}),
+                                       "install": EDITABLE, "test_command": PYTEST, "cpus": 2}),
     },
     "mwaskom/seaborn": {
         "0.11": {"python": "3.9", "pip": [*_SEABORN_PINS, "pandas==1.3.5"], "install": EDITABLE,

@@ -97,8 +97,17 @@ class _Summary:
             elif self._ran and UNITTEST_VERDICT.match(text):
                 self.text, self._ran = self._ran + "; " + text, ""
         elif self.mode == "--output-script":
-            if SYMPY_SUMMARY.match(text):
-                self.text = text.strip("= ")
+            # sympy wraps a long summary at the terminal's width: "tests finished: 1 passed, ..., \n3 exceptions,
+            # in 0.5 seconds"; the parts are joined (at most three lines).
+            if text.strip("= ").startswith("tests finished:"):
+                self._ran = text
+            elif self._ran and self._ran.count("\n") < 2:
+                self._ran += "\n" + text
+            else:
+                self._ran = ""
+            joined = " ".join(self._ran.split())
+            if self._ran and SYMPY_SUMMARY.match(joined):
+                self.text, self._ran = joined.strip("= "), ""
         elif SUMMARY.match(text):
             self.text = text
 

@@ -312,7 +312,10 @@ def _install(commands):
     """
     env = {"PIP_TARGET": os.path.join(ROOT, INSTALL_DIR), "PIP_NO_INDEX": "1", "PIP_NO_DEPS": "1",
            "PIP_NO_BUILD_ISOLATION": "0", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_CACHE_DIR": "1",
-           "PIP_BREAK_SYSTEM_PACKAGES": "1", "PIP_ROOT_USER_ACTION": "ignore", "PIP_NO_INPUT": "1"}
+           "PIP_BREAK_SYSTEM_PACKAGES": "1", "PIP_ROOT_USER_ACTION": "ignore", "PIP_NO_INPUT": "1",
+           # An editable install that puts the project's folder on sys.path, as `setup.py develop` did (and the
+           # datasets' environments have): tools that map files to modules through sys.path (astroid) need it.
+           "PIP_CONFIG_SETTINGS": "editable_mode=compat"}
     for command in commands:
         done = run({"cmd": command, "timeout": INSTALL_TIMEOUT, "limit": 4000, "env": env})
         if done["exit_code"] != 0:
