@@ -45,6 +45,17 @@ def test_a_cut_id_naming_several_tests_passes_only_when_all_passed():
         "t.py::test_a": "passed", "t.py::test_p[big": "failed"}
 
 
+def test_an_absolute_path_parameter_is_named_by_its_last_component_as_swebench_lists_it():
+    report = {"tests/test_self.py::TestRunTC::test_stdin[/repo/tests/mymodule.py-mymodule-/repo/tests/mymodule.py]":
+              "passed", "tests/test_self.py::TestRunTC::test_stdin[mymodule.py-mymodule-mymodule.py]": "failed",
+              "t.py::test_glob[/a/*.py]": "passed", "t.py::test_net[//host/x.py]": "passed"}
+    listed = "tests/test_self.py::TestRunTC::test_stdin[/mymodule.py]"  # pylint-dev__pylint-6528's PASS_TO_PASS
+    assert named_by(listed, report) == [next(iter(report))] and outcome_of(listed, report) == "passed"
+    assert named_by("tests/test_self.py::TestRunTC::test_stdin[mymodule.py]", report) == []
+    assert named_by("t.py::test_glob[/*.py]", report) == [] and named_by("t.py::test_net[/x.py]", report) == []
+    assert named_by("tests/test_self.py::TestRunTC::test_stdin[/other.py]", report) == []
+
+
 SPACED_TESTS = '''\
 import pytest
 

@@ -7,7 +7,10 @@ datasets list, and nothing else (never a prefix match):
 - **pytest**: SWE-bench's published FAIL_TO_PASS/PASS_TO_PASS lists were read from pytest's log by splitting
   each line at whitespace, so an id holding whitespace (``test_x[a b]``) is listed cut at its first
   whitespace (``test_x[a``). Such a cut id names exactly the reported ids whose text before their first
-  whitespace is the cut id: never an id without whitespace.
+  whitespace is the cut id: never an id without whitespace. The parser of pylint, requests and pydicom also
+  shortens a parameter that is an absolute path to its last component (``test_stdin[/mymodule.py]`` for a
+  temporary folder's ``[/tmp/t1/mymodule.py]``); such an id names the reported ids that shorten to it
+  (:func:`swebench_form`).
 - **django**: reported ids are ``name (module.Class)``. Python 3.11's unittest prints (and SWE-bench lists,
   for Django >= 4.1) ``name (module.Class.name)``: the same test. A line that is no such id is taken as a
   docstring's first line (unittest's verbose output prints it instead of the id, and SWE-bench's parser
@@ -27,11 +30,25 @@ import re
 PASSED = "passed"
 MISSING = "missing"
 _DJANGO_ID = re.compile(r"^(\w+) \(([\w.]+)\)$")
+_OPTION = re.compile(r"(.*?)\[(.*)\]")  # SWE-bench's own pattern (swebench/harness/log_parsers)
 
 
 def cut_at_whitespace(node_id: str) -> str:
     """The id as SWE-bench's log parser lists it: the text before the first whitespace."""
     return node_id.split(None, 1)[0] if node_id.strip() else node_id
+
+
+def swebench_form(node_id: str) -> str:
+    """A pytest node id as SWE-bench's log parsers list it: cut at the first whitespace, then (the parser of
+    pylint, requests and pydicom) a parameter that is an absolute path shortened to its last component,
+    ``test_stdin[/tmp/x/mymodule.py]`` -> ``test_stdin[/mymodule.py]`` (not ``//...`` nor one with ``*``)."""
+    cut = cut_at_whitespace(node_id)
+    match = _OPTION.search(cut)
+    if match:
+        main, option = match.groups()
+        if option.startswith("/") and not option.startswith("//") and "*" not in option:
+            return f"{main}[/{option.split('/')[-1]}]"
+    return cut
 
 
 def django_id(test_id: str) -> str | None:
@@ -60,8 +77,7 @@ def named_by(test_id: str, reported: dict[str, str], *, runner: str = "pytest",
         if "::" in test_id or not test_id.strip():
             return []
         return [node for node in reported if node.rpartition("::")[2] == test_id and "::" in node]
-    return [node for node in reported
-            if node != cut_at_whitespace(node) and cut_at_whitespace(node) == test_id]
+    return [node for node in reported if node != test_id and swebench_form(node) == test_id]
 
 
 def outcome_of(test_id: str, reported: dict[str, str], *, runner: str = "pytest",
