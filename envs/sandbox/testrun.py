@@ -174,17 +174,22 @@ def launch_command(test_command: str) -> tuple[str, str, str, str] | None:
     if not match:
         return None
     assignments, python, rest = match.group(1), match.group(2), match.group(3)
-    if "`" in rest or "$(" in rest or "\n" in rest or "`" in assignments or "$(" in assignments:
+    if not _plain_arguments(assignments, rest):
         return None
+    return assignments, python or "python", "--module" if python else "--script", rest.strip()
+
+
+def _plain_arguments(assignments: str, rest: str) -> bool:
+    """Whether a command's assignments and arguments are plain words: no substitution, no second command."""
+    if "`" in rest or "$(" in rest or "\n" in rest or "`" in assignments or "$(" in assignments:
+        return False
     try:
         lexer = shlex.shlex(rest, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
         tokens = list(lexer)
     except ValueError:
-        return None
-    if any(t and set(t) <= _SHELL_PUNCTUATION for t in tokens):
-        return None
-    return assignments, python or "python", "--module" if python else "--script", rest.strip()
+        return False
+    return not any(t and set(t) <= _SHELL_PUNCTUATION for t in tokens)
 
 
 def script_command(test_command: str) -> tuple[str, str, str, str] | None:
@@ -195,15 +200,7 @@ def script_command(test_command: str) -> tuple[str, str, str, str] | None:
     assignments, python, script, rest = match.group(1), match.group(2) or "python", match.group(3), match.group(4)
     if script in ("python", "python3", "pytest", "exec", "env") or script.startswith("-"):
         return None
-    if "`" in rest or "$(" in rest or "\n" in rest or "`" in assignments or "$(" in assignments:
-        return None
-    try:
-        lexer = shlex.shlex(rest, posix=True, punctuation_chars=True)
-        lexer.whitespace_split = True
-        tokens = list(lexer)
-    except ValueError:
-        return None
-    if any(t and set(t) <= _SHELL_PUNCTUATION for t in tokens):
+    if not _plain_arguments(assignments, rest):
         return None
     return assignments, python, script, rest.strip()
 

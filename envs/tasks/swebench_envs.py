@@ -38,6 +38,11 @@ def _versions(names: str, entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {v: entry for v in names.split()}
 
 
+# Optional dependencies Django's tests use (tests/requirements/py3.txt): their tests are skipped, or fail, without.
+_DJANGO_TEST_39 = ["tzdata==2023.3", "Pillow==9.5.0", "numpy==1.24.4", "PyYAML==6.0.1", "argon2-cffi==21.3.0",
+                   "bcrypt==4.0.1", "docutils==0.20.1", "tblib==2.0.0"]
+_DJANGO_TEST_311 = ["tzdata==2023.3", "Pillow==10.0.0", "numpy==1.26.0", "PyYAML==6.0.1", "argon2-cffi==21.3.0",
+                    "bcrypt==4.0.1", "docutils==0.20.1", "tblib==2.0.0"]
 _SEABORN_PINS = ["contourpy==1.1.0", "cycler==0.11.0", "fonttools==4.42.1", "importlib-resources==6.0.1",
                  "kiwisolver==1.4.5", "matplotlib==3.7.2", "numpy==1.25.2", "packaging==23.1", "pillow==10.0.0",
                  "pyparsing==3.0.9", "pytest==7.4.0", "python-dateutil==2.8.2", "pytz==2023.3.post1",
@@ -58,10 +63,16 @@ _PYLINT_COMMON = ["isort==5.10.1", "mccabe==0.6.1", "toml==0.10.2", "platformdir
 
 ENVIRONMENTS: dict[str, dict[str, dict[str, Any]]] = {
     "django/django": {
-        **_versions("2.2 3.0 3.1 3.2", _django("3.9", ["asgiref==3.4.1", "pytz==2023.3", "sqlparse==0.4.4"])),
-        "4.0": _django("3.9", ["asgiref==3.5.2", "sqlparse==0.4.4"]),
-        **_versions("4.1 4.2", _django("3.9", ["asgiref==3.7.2", "sqlparse==0.4.4"])),
-        **_versions("5.0 5.1 5.2", _django("3.11", ["asgiref==3.8.1", "sqlparse==0.5.0"])),
+        **_versions("2.2 3.0 3.1 3.2", _django("3.9", ["asgiref==3.4.1", "pytz==2023.3", "sqlparse==0.4.4",
+                                                       "Jinja2==2.11.3", "markupsafe==2.0.1", *_DJANGO_TEST_39])),
+        "4.0": _django("3.9", ["asgiref==3.5.2", "pytz==2023.3", "sqlparse==0.4.4", "Jinja2==3.1.2",
+                               *_DJANGO_TEST_39]),
+        "4.1": _django("3.9", ["asgiref==3.7.2", "pytz==2023.3", "sqlparse==0.4.4", "Jinja2==3.1.2", *_DJANGO_TEST_39]),
+        # 3.11, not SWE-bench's 3.9: bullseye's SQLite (3.34) lacks RETURNING, and 4.2's bulk_create tests skip on it.
+        "4.2": _django("3.11", ["asgiref==3.7.2", "pytz==2023.3", "sqlparse==0.4.4", "Jinja2==3.1.2",
+                                *_DJANGO_TEST_311]),
+        **_versions("5.0 5.1 5.2", _django("3.11", ["asgiref==3.8.1", "sqlparse==0.5.0", "Jinja2==3.1.2",
+                                                    *_DJANGO_TEST_311])),
     },
     "sympy/sympy": _versions("0.7 1.0 1.1 1.2 1.4 1.5 1.6 1.7 1.8 1.9 1.10 1.11 1.12 1.13 1.14",
                              {"python": "3.9", "pip": ["mpmath==1.3.0"], "install": EDITABLE, "runner": "sympy",
