@@ -3,6 +3,8 @@
 import math
 
 import pytest
+
+from repogym.envs.errors import ConfigError
 import torch
 
 from repogym.trainer.algorithms.common import Sample, aggregate, collate, normalizer, token_logprobs
@@ -74,6 +76,30 @@ def test_grpo_clipped_loss_by_hand():
     batch = collate([s], pad_id=0)
     loss, _ = algo.loss(_logits_for(new_lp), batch, 2.0)
     assert float(loss) == pytest.approx(-(1.5 * -2 + 1.0 * -2) / 2, rel=1e-5)
+
+
+def test_an_off_policy_token_costs_at_most_dual_clip_times_its_advantage():
+    # The sampler drew the token at p = e^-30; the learner now gives it p = 0.5: a ratio of about e^29.
+    new_lp, old_lp = [math.log(0.5)], [-30.0]
+    s = Sample(ids=[0, 1], mask=[0, 1], logprobs=[0.0] + old_lp, reward=0.0, advantage=-1.0)
+    batch = collate([s], pad_id=0)
+    bounded, metrics = GRPO(GRPOConfig(dual_clip=3.0)).loss(_logits_for(new_lp), batch, 1.0)
+    assert float(bounded) == pytest.approx(3.0)  # dual_clip * |A|
+    assert metrics["losses/sampler_gap_max"] == pytest.approx(30 + math.log(0.5), rel=1e-5)
+    unbounded, _ = GRPO(GRPOConfig(dual_clip=None)).loss(_logits_for(new_lp), batch, 1.0)
+    assert math.isfinite(float(unbounded)) and float(unbounded) == pytest.approx(math.exp(20.0), rel=1e-4)  # clamped
+    positive = collate([Sample(ids=[0, 1], mask=[0, 1], logprobs=[0.0, -30.0], reward=1.0, advantage=1.0)], pad_id=0)
+    assert float(GRPO(GRPOConfig()).loss(_logits_for(new_lp), positive, 1.0)[0]) == pytest.approx(-1.28)
+    with pytest.raises(ConfigError, match="dual_clip must be > 1"):
+        GRPO(GRPOConfig(dual_clip=1.0))
+
+
+def test_on_policy_the_sampler_and_learner_agree():
+    lp = [math.log(0.25), math.log(0.6)]
+    batch = collate([Sample(ids=[0, 1, 1], mask=[0, 1, 1], logprobs=[0.0] + lp, reward=1.0, advantage=1.0)], pad_id=0)
+    _, metrics = GRPO(GRPOConfig()).loss(_logits_for(lp), batch, 2.0)
+    assert metrics["losses/sampler_k3"] == pytest.approx(0.0, abs=1e-6)
+    assert metrics["losses/sampler_gap_max"] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_grpo_kl_penalty_by_hand():

@@ -104,3 +104,35 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, denominator: 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
     """Plain masked mean, for metrics."""
     return float((values * mask).sum() / mask.sum().clamp(min=1.0))
+
+
+LOG_RATIO_CLAMP = 20.0
+"""|log(pi / pi_old)| above this is clamped before the ratio is taken: e^20 is already far past any clip."""
+
+
+def clipped_surrogate(logp: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                      clip_low: float, clip_high: float, dual_clip: float | None) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped surrogate per token (to minimise), safe off-policy, and its metrics.
+
+    The log-ratio is clamped to +-:data:`LOG_RATIO_CLAMP` (a token the sampler drew at p = e^-30 gives no
+    overflow), and with ``dual_clip`` (Ye et al. 2020; > 1) a token with a negative advantage costs at most
+    ``dual_clip * |A|`` however large its ratio. The metrics include how far the learner's logprobs are from the
+    sampler's (``losses/sampler_k3``: mean k3 estimate of KL(sampler || learner); ``losses/sampler_gap_max``:
+    the largest absolute logprob gap): on the first pass over a batch both should be near 0.
+    """
+    log_ratio = torch.clamp(logp - old_logprobs, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * advantages
+    surrogate = torch.minimum(unclipped, clipped)
+    if dual_clip is not None:
+        surrogate = torch.where(advantages < 0, torch.maximum(surrogate, dual_clip * advantages), surrogate)
+    with torch.no_grad():
+        gap = (old_logprobs - logp).detach()
+        k3 = torch.exp(torch.clamp(gap, max=LOG_RATIO_CLAMP)) - gap - 1
+        on = mask > 0
+        metrics = {"losses/clip_fraction": masked_mean((unclipped != clipped).float(), mask),
+                   "losses/ratio_mean": masked_mean(ratio.detach(), mask),
+                   "losses/sampler_k3": masked_mean(k3, mask),
+                   "losses/sampler_gap_max": float(gap.abs()[on].max()) if bool(on.any()) else 0.0}
+    return -surrogate, metrics

@@ -4,7 +4,9 @@ For each task, G episodes are sampled; an episode's advantage is its reward minu
 (divided by the group's std when ``normalize_std``). Every generated token of the episode shares it.
 The loss is PPO's clipped surrogate on the token ratio to the sampling policy, with an asymmetric clip
 range (``clip_high`` > ``clip_low`` is DAPO's clip-higher), aggregated over tokens or sequences, plus an
-optional KL penalty to a frozen reference (k3 estimator), off when ``kl_coef`` is 0.
+optional KL penalty to a frozen reference (k3 estimator), off when ``kl_coef`` is 0. Off-policy tokens are safe:
+the log-ratio is clamped and, with ``dual_clip``, a negative advantage's cost is bounded
+(:func:`~repogym.trainer.algorithms.common.clipped_surrogate`).
 
 ``negative_scale`` < 1 scales the negative advantages down (an asymmetric, success-leaning estimator,
 biased like a raised baseline): a tiny model that memorised its SFT data fails by writing the right text
@@ -20,7 +22,8 @@ from typing import Any
 import torch
 
 from repogym.envs.errors import ConfigError
-from repogym.trainer.algorithms.common import Batch, Sample, aggregate, masked_mean, token_logprobs
+from repogym.trainer.algorithms.common import (
+    Batch, Sample, aggregate, clipped_surrogate, masked_mean, token_logprobs)
 
 
 @dataclass
@@ -42,6 +45,8 @@ class GRPOConfig:
     """Weight of the KL penalty to the reference policy; 0 turns it (and the reference model) off."""
     epochs: int = 1
     """Passes over each batch; more than 1 makes later passes off-policy (the clip then matters)."""
+    dual_clip: float | None = 3.0
+    """A token with a negative advantage costs at most this times |A| (dual clip, > 1); None turns it off."""
     temperature: float = 1.0
     """Sampling temperature of the rollouts (logprobs are recomputed at it)."""
 
@@ -64,6 +69,8 @@ class GRPO:
     needs_hidden = False
 
     def __init__(self, config: GRPOConfig):
+        if config.dual_clip is not None and config.dual_clip <= 1:
+            raise ConfigError(f"dual_clip must be > 1 (or null to turn it off), got {config.dual_clip}")
         if config.negative_scale < 0:
             raise ConfigError(f"negative_scale must be >= 0 (1 is plain GRPO), got {config.negative_scale}")
         self.config = config
@@ -107,14 +114,10 @@ class GRPO:
         c = self.config
         logp = token_logprobs(logits, batch.input_ids, c.temperature)
         mask = batch.loss_mask
-        ratio = torch.exp(logp - batch.old_logprobs)
-        adv = batch.advantages[:, None]
-        unclipped = ratio * adv
-        clipped = torch.clamp(ratio, 1 - c.clip_low, 1 + c.clip_high) * adv
-        per_token = -torch.minimum(unclipped, clipped)
-        metrics = {"losses/clip_fraction": masked_mean((unclipped != clipped).float(), mask),
-                   "losses/ratio_mean": masked_mean(ratio.detach(), mask),
-                   "losses/entropy_proxy": -masked_mean(logp.detach(), mask)}
+        adv = batch.advantages[:, None].expand_as(logp)
+        per_token, metrics = clipped_surrogate(logp, batch.old_logprobs, adv, mask, c.clip_low, c.clip_high,
+                                               c.dual_clip)
+        metrics["losses/entropy_proxy"] = -masked_mean(logp.detach(), mask)
         if c.kl_coef > 0:
             if ref_logprobs is None:
                 raise ValueError("kl_coef > 0 needs reference logprobs")

@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from repogym.envs.errors import ConfigError
-from repogym.trainer.algorithms.common import Batch, Sample, aggregate, masked_mean, token_logprobs
+from repogym.trainer.algorithms.common import (
+    Batch, Sample, aggregate, clipped_surrogate, masked_mean, token_logprobs)
 
 
 @dataclass
@@ -23,6 +24,8 @@ class PPOConfig:
     """PPO's knobs."""
 
     clip: float = 0.2
+    dual_clip: float | None = 3.0
+    """A token with a negative advantage costs at most this times |A| (dual clip, > 1); None turns it off."""
     value_clip: float = 0.2
     value_coef: float = 0.5
     gamma: float = 1.0
@@ -93,15 +96,13 @@ class PPO:
         values = self.value_head(hidden[:, :-1].float())[..., 0]  # the value of the state before each target
         with torch.no_grad():
             adv, returns = gae(values.detach(), mask, batch.rewards, c.gamma, c.lam)
-        ratio = torch.exp(logp - batch.old_logprobs)
-        policy = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - c.clip, 1 + c.clip) * adv)
+        policy, surrogate_metrics = clipped_surrogate(logp, batch.old_logprobs, adv, mask, c.clip, c.clip, c.dual_clip)
         old_values = values.detach()
         v_clipped = old_values + torch.clamp(values - old_values, -c.value_clip, c.value_clip)
         value_loss = 0.5 * torch.maximum((values - returns) ** 2, (v_clipped - returns) ** 2)
         per_token = policy + c.value_coef * value_loss
-        metrics = {"losses/value_loss": masked_mean(value_loss.detach(), mask),
-                   "losses/advantage_mean": masked_mean(adv, mask),
-                   "losses/clip_fraction": masked_mean(((ratio - 1).abs() > c.clip).float(), mask)}
+        metrics = {**surrogate_metrics, "losses/value_loss": masked_mean(value_loss.detach(), mask),
+                   "losses/advantage_mean": masked_mean(adv, mask)}
         if c.kl_coef > 0 and ref_logprobs is not None:
             delta = ref_logprobs - logp
             kl = torch.exp(delta) - delta - 1
