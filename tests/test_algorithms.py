@@ -184,3 +184,20 @@ def test_every_algorithm_provides_the_whole_protocol(name, options, expected):
     loss, metrics = algorithm.loss(logits, batch, 2.0, torch.zeros(1, 2) if algorithm.needs_reference else None,
                                    hidden=hidden)
     assert loss.dim() == 0 and metrics
+
+
+def test_truncated_episodes_count_in_their_group_and_are_left_out_of_the_loss():
+    from repogym.envs.status import Status
+    from repogym.trainer.train import mask_reason, trainable
+
+    assert mask_reason(Status.UNRESOLVED, 9000, 4096, True) == "overlong"
+    assert mask_reason(Status.CONTEXT_OVERFLOW, 100, 4096, True) == "context_overflow"
+    assert mask_reason(Status.CONTEXT_OVERFLOW, 100, 4096, False) == ""
+    assert mask_reason(Status.RESOLVED, 100, None, True) == ""
+    rewards, reasons = [1.0, 0.0, 0.0, 0.0], ["", "", "", "context_overflow"]
+    group = [Sample(ids=[0, 1], mask=[0, 1], logprobs=[0.0, -1.0], reward=r, meta={"episode": k, "masked": why})
+             for k, (r, why) in enumerate(zip(rewards, reasons))]
+    kept = trainable(GRPO(GRPOConfig(normalize_std=False)), [group])
+    assert [s.meta["episode"] for s in kept] == [0, 1, 2]
+    assert [s.advantage for s in kept] == pytest.approx([0.75, -0.25, -0.25])  # the mean counted all four
+    assert trainable(GRPO(GRPOConfig()), []) == []

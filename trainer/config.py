@@ -120,6 +120,9 @@ class LoopConfig:
     """Episodes per task in an evaluation."""
     eval_temperature: float | None = None
     """Sampling temperature of evaluations (None: the agent's)."""
+    mask_truncated: bool = True
+    """Compact filtering (DeepSWE): an episode that ran out of context (``context_overflow``) keeps its reward in
+    its group's statistics but is left out of the loss, as is any sequence longer than the model's context."""
 
 
 @dataclass

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from repogym.envs.errors import ConfigError
+from repogym.envs.status import Status
 from repogym.trainer.algorithms import make_algorithm
 from repogym.trainer.algorithms.common import Sample
 from repogym.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -39,6 +40,21 @@ def _seed_of(*parts: int) -> int:
     for part in parts:
         value = (value * 1_000_003 + part) % (2 ** 31 - 1)
     return value
+
+
+def mask_reason(status: Status, length: int, max_len: int | None, mask_truncated: bool) -> str:
+    """Why a sequence is left out of the loss: ``overlong`` (past the model's context: it cannot be trained on),
+    ``context_overflow`` (its episode ran out of context, with ``mask_truncated``), else ``""`` (trained)."""
+    if max_len and length > max_len:
+        return "overlong"
+    if mask_truncated and status == Status.CONTEXT_OVERFLOW:
+        return "context_overflow"
+    return ""
+
+
+def trainable(algorithm, samples_by_group: list[list[Sample]]) -> list[Sample]:
+    """The algorithm's prepared samples, the masked ones left out after they counted in their group's advantages."""
+    return [s for s in algorithm.prepare(samples_by_group) if not s.meta.get("masked")] if samples_by_group else []
 
 
 class Trainer:
@@ -368,11 +384,14 @@ class Trainer:
             # One sample per context of each episode (several when a context policy rebuilt the prompt),
             # all with the episode's reward and, from the algorithm, its advantage.
             samples = [Sample(q.ids, q.mask, q.logprobs, reward=o.reward, task_id=o.request.task_id, group=g["gid"],
-                              version=o.version, meta={"episode": k})
-                       for k, o in enumerate(g["valid"]) for q in o.tokens.contexts()
-                       if not self.max_len or len(q.ids) <= self.max_len]
+                              version=o.version, meta={"episode": k, "masked": mask_reason(
+                                  o.status, len(q.ids), self.max_len, c.train.mask_truncated)})
+                       for k, o in enumerate(g["valid"]) for q in o.tokens.contexts()]
             if samples:
                 samples_by_group.append(samples)
+        masked = [s.meta["masked"] for grp in samples_by_group for s in grp if s.meta["masked"]]
+        metrics["rollout/masked_overlong_sequences"] = masked.count("overlong")
+        metrics["rollout/masked_context_overflow_sequences"] = masked.count("context_overflow")
         metrics["rollout/sequences_per_episode"] = (
             sum(len(grp) for grp in samples_by_group) / max(1, sum(len({s.meta["episode"] for s in grp})
                                                                    for grp in samples_by_group)))
@@ -381,8 +400,9 @@ class Trainer:
             metrics["rollout/staleness_mean"] = statistics.fmean(staleness)
             metrics["rollout/staleness_max"] = max(staleness)
         learn_start = time.monotonic()
-        if samples_by_group:
-            batch = self.algorithm.prepare(samples_by_group)
+        # Masked sequences count in their group's advantages, and are then left out of the loss.
+        batch = trainable(self.algorithm, samples_by_group)
+        if batch:
             metrics.update(self.learner.train_step(batch, self.algorithm))
             self.version += 1
             self._push_weights()
