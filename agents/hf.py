@@ -58,7 +58,7 @@ class HFEngine:
         limit = getattr(self.model.config, "max_position_embeddings", None)
         max_new = params.max_new_tokens if not limit else min(params.max_new_tokens, limit - len(prompt))
         if max_new <= 0:
-            return Completion([], [], "length")
+            return Completion([], [], "length", self.version)
         sample = params.temperature > 0
         kwargs: dict[str, Any] = {"do_sample": sample, "max_new_tokens": max_new, "output_logits": True,
                                   "return_dict_in_generate": True,
@@ -71,13 +71,14 @@ class HFEngine:
             if params.seed is not None:
                 torch.manual_seed(params.seed)
             out = self.model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
+            version = self.version  # the weights that made these tokens: a push waits for the lock
         new = out.sequences[0, len(prompt):].tolist()
         logits = torch.stack(out.logits[:len(new)], 0)[:, 0].float()
         if sample:
             logits = logits / params.temperature
         logprobs = torch.log_softmax(logits, -1).gather(-1, torch.tensor(new, device=logits.device)[:, None])
         stopped = bool(new) and new[-1] in set(params.stop_token_ids)
-        return Completion(new, logprobs[:, 0].tolist(), "stop" if stopped else "length")
+        return Completion(new, logprobs[:, 0].tolist(), "stop" if stopped else "length", version)
 
     def update_weights(self, state_dict: dict[str, Any], version: int) -> None:
         with self._lock:
@@ -86,6 +87,12 @@ class HFEngine:
 
     def get_version(self) -> int:
         return self.version
+
+
+def _version_of(completion: Completion, engine) -> int:
+    """The policy version that generated ``completion``: its own record, else (an engine that does not keep one)
+    the engine's version now, which a weight push since generation may already have moved."""
+    return int(completion.version if completion.version is not None else getattr(engine, "version", 0))
 
 
 class ChatFormat:
@@ -249,7 +256,7 @@ class HFAgent:
         completion = self.engine.generate([prompt], self._sampling(len(self.traces)))[0]
         self.ids = prompt + completion.ids
         self.traces.append(TokenTrace(fed, completion.ids, completion.logprobs, completion.finish_reason,
-                                      int(getattr(self.engine, "version", 0)), new_context=bool(self.traces) and not extends))
+                                      _version_of(completion, self.engine), new_context=bool(self.traces) and not extends))
         text = self.format.content(completion.ids)
         self.history.append({"role": "assistant", "content": text, "ids": completion.ids,
                              "finish_reason": completion.finish_reason})

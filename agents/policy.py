@@ -34,6 +34,9 @@ class Completion:
     logprobs: list[float]
     finish_reason: str
     """``stop`` (a stop token was produced) or ``length`` (``max_new_tokens`` reached)."""
+    version: int | None = None
+    """The policy version of the weights that generated it, read under the engine's lock with the tokens (None:
+    the engine does not say; the caller falls back to the engine's version now)."""
 
 
 @runtime_checkable

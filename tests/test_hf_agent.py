@@ -93,3 +93,24 @@ def test_seeded_requests_reproduce_and_logprobs_are_those_of_the_tempered_distri
         logits = model(torch.tensor([prompt + first.ids])).logits[0, len(prompt) - 1:-1] / 0.7
     expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(first.ids)[:, None])[:, 0]
     assert first.logprobs == pytest.approx(expected.tolist(), abs=1e-4)
+
+
+class PushingEngine(RecordingEngine):
+    """The race: the learner's weight push lands after a generation, before the agent reads the version."""
+
+    def generate(self, prompts, params):
+        out = super().generate(prompts, params)
+        self.engine.update_weights(self.engine.model.state_dict(), self.engine.version + 1)
+        return out
+
+
+def test_the_recorded_version_is_the_one_that_generated_the_tokens(tiny_lm):
+    tokenizer, model = tiny_lm
+    engine = PushingEngine(HFEngine(model, device="cpu"))
+    agent = HFAgent(engine, tokenizer, HFAgentConfig(temperature=1.0, max_new_tokens=4, seed=3, tools=["submit"]))
+    agent.reset("Fix the bug.", {"seed": 1})
+    for _ in range(3):
+        agent.act("an observation", {})
+    assert engine.version == 3  # three pushes landed, one after each generation
+    assert [t.version for t in agent.traces] == [0, 1, 2]  # each turn is labelled with the weights that made it
+    assert [c.version for c in engine.completions] == [0, 1, 2]

@@ -12,6 +12,8 @@ within ``batch_wait_s`` into one ``LLM.generate`` call, so vLLM batches across e
 
 from __future__ import annotations
 
+import dataclasses
+
 import queue
 import threading
 from dataclasses import dataclass
@@ -120,8 +122,9 @@ class VLLMEngine:
             try:
                 with self._lock:
                     results = self._generate_batch(batch)
+                    version = self.version  # the weights that made these tokens: a push waits for the lock
                 for r, c in zip(batch, results):
-                    r.result = c
+                    r.result = dataclasses.replace(c, version=version)
             except BaseException as exc:  # handed to every waiting caller, never lost in this thread
                 for r in batch:
                     r.error = exc
