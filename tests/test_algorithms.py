@@ -3,10 +3,9 @@
 import math
 
 import pytest
-
-from repogym.envs.errors import ConfigError
 import torch
 
+from repogym.envs.errors import ConfigError
 from repogym.trainer.algorithms.common import Sample, aggregate, collate, normalizer, token_logprobs
 from repogym.trainer.algorithms.grpo import GRPO, GRPOConfig, group_advantages
 from repogym.trainer.algorithms.ppo import gae
@@ -201,3 +200,30 @@ def test_truncated_episodes_count_in_their_group_and_are_left_out_of_the_loss():
     assert [s.meta["episode"] for s in kept] == [0, 1, 2]
     assert [s.advantage for s in kept] == pytest.approx([0.75, -0.25, -0.25])  # the mean counted all four
     assert trainable(GRPO(GRPOConfig()), []) == []
+
+
+def test_rloo_baseline_is_the_mean_of_the_other_episodes():
+    rewards = [1.0, 0.0, 0.0, 0.0]
+    loo = group_advantages(rewards, normalize_std=False, leave_one_out=True)
+    assert loo == pytest.approx([1.0 - 0.0, 0.0 - 1 / 3, 0.0 - 1 / 3, 0.0 - 1 / 3])
+    group = [Sample(ids=[0, 1], mask=[0, 1], logprobs=[0.0, -1.0], reward=r) for r in rewards]
+    prepared = GRPO(GRPOConfig(baseline="leave_one_out", normalize_std=False)).prepare([group])
+    assert [s.advantage for s in prepared] == pytest.approx(loo)
+    with pytest.raises(ConfigError, match="baseline must be 'mean' or 'leave_one_out'"):
+        GRPO(GRPOConfig(baseline="median"))
+
+
+def test_dr_grpo_divides_token_sums_by_a_constant_length():
+    lp = [math.log(0.5), math.log(0.5)]
+    long_ = Sample(ids=[0, 1, 1], mask=[0, 1, 1], logprobs=[0.0] + lp, reward=1.0, advantage=1.0)
+    short = Sample(ids=[0, 1, 0], mask=[0, 1, 0], logprobs=[0.0, lp[0], 0.0], reward=1.0, advantage=1.0)
+    batch = collate([long_, short], pad_id=0)
+    algo = GRPO(GRPOConfig(loss_agg="constant", agg_length=8))
+    denominator = normalizer([batch.loss_mask], algo.loss_agg, algo.agg_length)
+    assert denominator == 2 * 8
+    loss, _ = algo.loss(torch.cat([_logits_for(lp), _logits_for(lp)]), batch, denominator)
+    assert float(loss) == pytest.approx(-(1.0 + 1.0 + 1.0) / 16, rel=1e-5)  # three generated tokens, ratio 1, A 1
+    with pytest.raises(ValueError, match="needs a positive length"):
+        normalizer([batch.loss_mask], "constant", None)
+    with pytest.raises(ConfigError, match="loss_agg must be"):
+        GRPO(GRPOConfig(loss_agg="mean"))

@@ -99,7 +99,7 @@ class Learner:
         epochs = algorithm.epochs
         chunks = micro_batches(samples, self.config.micro_batch_size, self.config.max_tokens_per_micro_batch)
         batches = [collate(c, self.pad_id, self.device) for c in chunks]
-        denominator = normalizer([b.loss_mask for b in batches], algorithm.loss_agg)
+        denominator = normalizer([b.loss_mask for b in batches], algorithm.loss_agg, getattr(algorithm, "agg_length", None))
         needs_hidden = algorithm.needs_hidden
         totals: dict[str, float] = {}
         for _ in range(epochs):

@@ -79,23 +79,28 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: f
     return torch.log_softmax(logits, -1).gather(-1, input_ids[:, 1:, None])[..., 0]
 
 
-def normalizer(batch_masks: list[torch.Tensor], mode: str) -> float:
-    """The denominator of a whole (accumulated) batch: its token count (``token``) or sequence count (``sequence``)."""
+def normalizer(batch_masks: list[torch.Tensor], mode: str, constant: int | None = None) -> float:
+    """The denominator of a whole (accumulated) batch: its token count (``token``), sequence count (``sequence``),
+    or sequence count times a constant length (``constant``: Dr. GRPO; no bias toward short or long answers)."""
     if mode == "token":
         return max(float(sum(m.sum() for m in batch_masks)), 1.0)
     if mode == "sequence":
         return float(sum(m.shape[0] for m in batch_masks))
-    raise ValueError(f"loss aggregation must be 'token' or 'sequence', got {mode!r}")
+    if mode == "constant":
+        if not constant or constant < 1:
+            raise ValueError(f"loss aggregation 'constant' needs a positive length, got {constant!r}")
+        return float(sum(m.shape[0] for m in batch_masks) * constant)
+    raise ValueError(f"loss aggregation must be 'token', 'sequence' or 'constant', got {mode!r}")
 
 
 def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, denominator: float) -> torch.Tensor:
     """Masked sum of per-token ``values`` divided by the whole batch's ``denominator``.
 
     ``token``: every generated token in the batch weighs the same. ``sequence``: each sequence's tokens
-    are averaged first, so each sequence weighs the same. Dividing by the full batch's denominator
+    are averaged first, so each sequence weighs the same. ``constant``: token sums over a fixed denominator. Dividing by the full batch's denominator
     (not the micro-batch's) makes gradient accumulation exact.
     """
-    if mode == "token":
+    if mode in ("token", "constant"):
         return (values * mask).sum() / denominator
     per_seq = (values * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
     return per_seq.sum() / denominator

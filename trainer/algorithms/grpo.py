@@ -1,7 +1,8 @@
 """GRPO: group-relative policy optimisation (Shao et al. 2024), with DAPO's options.
 
-For each task, G episodes are sampled; an episode's advantage is its reward minus the group's mean
-(divided by the group's std when ``normalize_std``). Every generated token of the episode shares it.
+For each task, G episodes are sampled; an episode's advantage is its reward minus the group's mean (or, with
+``baseline: leave_one_out``, RLOO's mean of the other episodes), divided by the group's std when
+``normalize_std``. Every generated token of the episode shares it.
 The loss is PPO's clipped surrogate on the token ratio to the sampling policy, with an asymmetric clip
 range (``clip_high`` > ``clip_low`` is DAPO's clip-higher), aggregated over tokens or sequences, plus an
 optional KL penalty to a frozen reference (k3 estimator), off when ``kl_coef`` is 0. Off-policy tokens are safe:
@@ -35,7 +36,12 @@ class GRPOConfig:
     normalize_std: bool = True
     """Divide advantages by the group's reward std (Dr. GRPO turns this off)."""
     loss_agg: str = "token"
-    """``token`` (DAPO: every token weighs the same) or ``sequence`` (original GRPO)."""
+    """``token`` (DAPO: every token weighs the same), ``sequence`` (original GRPO) or ``constant`` (Dr. GRPO: token
+    sums over sequences times ``agg_length``)."""
+    agg_length: int = 1024
+    """The constant length of ``constant`` aggregation (Dr. GRPO uses the generation budget)."""
+    baseline: str = "mean"
+    """``mean`` (the group's mean reward) or ``leave_one_out`` (RLOO: the mean of the other episodes)."""
     clip_low: float = 0.2
     clip_high: float = 0.28
     """Upper clip of the ratio at 1 + clip_high; above clip_low is clip-higher."""
@@ -52,10 +58,13 @@ class GRPOConfig:
 
 
 def group_advantages(rewards: list[float], normalize_std: bool = True, eps: float = 1e-6,
-                     negative_scale: float = 1.0) -> list[float]:
-    """Each reward minus the group mean, over the group std when ``normalize_std``; negatives times ``negative_scale``."""
+                     negative_scale: float = 1.0, leave_one_out: bool = False) -> list[float]:
+    """Each reward minus the group mean (``leave_one_out``: the mean of the others, RLOO), over the group std when
+    ``normalize_std``; negatives times ``negative_scale``."""
     mean = statistics.fmean(rewards)
     centred = [r - mean for r in rewards]
+    if leave_one_out and len(rewards) > 1:  # r - mean(others) = (r - mean) * G / (G - 1)
+        centred = [c * len(rewards) / (len(rewards) - 1) for c in centred]
     if normalize_std:
         std = statistics.pstdev(rewards)
         centred = [c / (std + eps) for c in centred]
@@ -69,6 +78,10 @@ class GRPO:
     needs_hidden = False
 
     def __init__(self, config: GRPOConfig):
+        if config.baseline not in ("mean", "leave_one_out"):
+            raise ConfigError(f"baseline must be 'mean' or 'leave_one_out' (RLOO), got {config.baseline!r}")
+        if config.loss_agg not in ("token", "sequence", "constant"):
+            raise ConfigError(f"loss_agg must be 'token', 'sequence' or 'constant' (Dr. GRPO), got {config.loss_agg!r}")
         if config.dual_clip is not None and config.dual_clip <= 1:
             raise ConfigError(f"dual_clip must be > 1 (or null to turn it off), got {config.dual_clip}")
         if config.negative_scale < 0:
@@ -83,6 +96,7 @@ class GRPO:
     group_size = property(lambda self: self.config.group_size)
     temperature = property(lambda self: self.config.temperature)
     loss_agg = property(lambda self: self.config.loss_agg)
+    agg_length = property(lambda self: self.config.agg_length)
     epochs = property(lambda self: self.config.epochs)
     needs_reference = property(lambda self: self.config.kl_coef > 0)
 
@@ -102,7 +116,8 @@ class GRPO:
             for sample in group:
                 rewards.setdefault(sample.meta.get("episode", id(sample)), sample.reward)
             advantages = dict(zip(rewards, group_advantages(list(rewards.values()), self.config.normalize_std,
-                                                            negative_scale=self.config.negative_scale)))
+                                                            negative_scale=self.config.negative_scale,
+                                                            leave_one_out=self.config.baseline == "leave_one_out")))
             for sample in group:
                 sample.advantage = advantages[sample.meta.get("episode", id(sample))]
                 out.append(sample)
