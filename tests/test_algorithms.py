@@ -141,6 +141,45 @@ def test_gae_over_generated_positions_only():
     assert ret[0, 0] == pytest.approx(0.8) and ret[0, 2] == pytest.approx(1.0)
 
 
+def _gae_by_loop(values, mask, rewards, gamma, lam):
+    adv = torch.zeros_like(values)
+    for b in range(values.shape[0]):
+        positions = [t for t in range(values.shape[1]) if mask[b, t] > 0]
+        running, next_value = 0.0, 0.0
+        for i, pos in enumerate(reversed(positions)):
+            delta = (float(rewards[b]) if i == 0 else 0.0) + gamma * next_value - float(values[b, pos])
+            running = delta + gamma * lam * running
+            adv[b, pos], next_value = running, float(values[b, pos])
+    return adv
+
+
+def test_vectorised_gae_matches_the_per_token_loop():
+    generator = torch.Generator().manual_seed(0)
+    values = torch.randn(5, 12, generator=generator)
+    mask = (torch.rand(5, 12, generator=generator) > 0.4).float()
+    mask[3] = 0.0  # a row with nothing generated
+    rewards = torch.tensor([1.0, 0.0, -0.5, 1.0, 2.0])
+    adv, ret = gae(values, mask, rewards, gamma=0.99, lam=0.9)
+    assert torch.allclose(adv, _gae_by_loop(values, mask, rewards, 0.99, 0.9), atol=1e-5)
+    assert torch.allclose(ret * mask, (adv + values) * mask, atol=1e-6)
+
+
+def test_ppo_clips_values_against_the_rollout_values_in_later_epochs():
+    from repogym.trainer.algorithms.ppo import PPO, PPOConfig
+
+    algo = PPO(PPOConfig(value_clip=0.2, value_coef=1.0, gamma=1.0, lam=1.0), hidden_size=2)
+    s = Sample(ids=[0, 1, 1], mask=[0, 1, 1], logprobs=[0.0, math.log(0.5), math.log(0.5)], reward=1.0)
+    batch = collate([s], pad_id=0)
+    logits, hidden = torch.cat([_logits_for([math.log(0.5)] * 2)]), torch.ones(1, 3, 2)
+    algo.loss(logits, batch, 2.0, hidden=hidden)  # first epoch: values 0 everywhere, recorded
+    assert torch.equal(batch.old_values, torch.zeros(1, 2))
+    with torch.no_grad():
+        algo.value_head.bias.fill_(0.9)  # the update moved every value to 0.9
+    _, metrics = algo.loss(logits, batch, 2.0, hidden=hidden)
+    # returns are 1 (GAE from the rollout values); unclipped error (0.9 - 1)^2, clipped (0.2 - 1)^2: the max wins
+    assert metrics["losses/value_loss"] == pytest.approx(0.5 * 0.8 ** 2, rel=1e-5)
+
+
 # -- the registry and the protocol ------------------------------------------------------------------------
 def test_make_algorithm_resolves_by_name_and_a_miss_lists_every_algorithm():
     from repogym.envs.errors import ConfigError

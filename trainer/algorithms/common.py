@@ -46,6 +46,11 @@ class Batch:
     advantages: torch.Tensor
     """Per sequence, shape [B]."""
     rewards: torch.Tensor
+    old_values: torch.Tensor | None = None
+    """PPO: the value head's values on the batch's first pass of a step (rollout time), reused by later epochs."""
+    token_advantages: torch.Tensor | None = None
+    """PPO: GAE advantages [B, T-1], computed once from ``old_values``."""
+    returns: torch.Tensor | None = None
 
     @property
     def tokens(self) -> int:

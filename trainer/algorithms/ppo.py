@@ -40,18 +40,26 @@ class PPOConfig:
 
 def gae(values: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor, gamma: float, lam: float
         ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token advantages and returns [B, T] over masked positions; reward at each row's last one."""
+    """Per-token advantages and returns [B, T] over masked positions; reward at each row's last one.
+
+    Positions outside the mask (prompt, tool output) are skipped: each masked position's next state is the next
+    masked position of its row. One backward scan over T, vectorised over the rows."""
+    mask = (mask > 0).to(values.dtype)
+    batch, length = values.shape
     adv = torch.zeros_like(values)
-    for b in range(values.shape[0]):
-        positions = torch.nonzero(mask[b] > 0, as_tuple=False)[:, 0].tolist()
-        running, next_value = 0.0, 0.0
-        for i, pos in enumerate(reversed(positions)):
-            reward = float(rewards[b]) if i == 0 else 0.0
-            delta = reward + gamma * next_value - float(values[b, pos])
-            running = delta + gamma * lam * running
-            adv[b, pos] = running
-            next_value = float(values[b, pos])
-    return adv, adv + values
+    running = torch.zeros(batch, dtype=values.dtype, device=values.device)
+    next_value = torch.zeros_like(running)
+    seen = torch.zeros_like(running)  # 1 once a row's last masked position has been passed
+    for t in range(length - 1, -1, -1):
+        on = mask[:, t]
+        reward = rewards.to(values.dtype) * (1 - seen)  # the reward sits at the row's last masked position
+        delta = reward + gamma * next_value - values[:, t]
+        step = delta + gamma * lam * running
+        adv[:, t] = step * on
+        running = torch.where(on > 0, step, running)
+        next_value = torch.where(on > 0, values[:, t], next_value)
+        seen = torch.maximum(seen, on)
+    return adv, adv + values * mask
 
 
 class PPO:
@@ -94,10 +102,14 @@ class PPO:
         logp = token_logprobs(logits, batch.input_ids, c.temperature)
         self.value_head.to(hidden.device)
         values = self.value_head(hidden[:, :-1].float())[..., 0]  # the value of the state before each target
-        with torch.no_grad():
-            adv, returns = gae(values.detach(), mask, batch.rewards, c.gamma, c.lam)
+        if batch.old_values is None:
+            # The first pass over this batch: no update has happened yet this step, so these are the values at
+            # rollout time. Later epochs clip against them and reuse the advantages (GAE once per batch).
+            with torch.no_grad():
+                batch.old_values = values.detach()
+                batch.token_advantages, batch.returns = gae(batch.old_values, mask, batch.rewards, c.gamma, c.lam)
+        adv, returns, old_values = batch.token_advantages, batch.returns, batch.old_values
         policy, surrogate_metrics = clipped_surrogate(logp, batch.old_logprobs, adv, mask, c.clip, c.clip, c.dual_clip)
-        old_values = values.detach()
         v_clipped = old_values + torch.clamp(values - old_values, -c.value_clip, c.value_clip)
         value_loss = 0.5 * torch.maximum((values - returns) ** 2, (v_clipped - returns) ** 2)
         per_token = policy + c.value_coef * value_loss
