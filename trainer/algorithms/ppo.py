@@ -3,7 +3,9 @@
 Only generated tokens are actions: the value head is read at generated positions, the episode's reward
 arrives at the last generated token, and GAE runs over the generated positions in order, skipping the
 prompt and tool-output tokens between turns (the environment's text is not the policy's action). The
-policy loss is the clipped surrogate with the same token-level masking and aggregation as GRPO.
+policy loss is the clipped surrogate with the same token-level masking and aggregation as GRPO. GAE is computed
+once per batch (vectorised over rows) from the values of the step's first pass, which are the values at rollout
+time; later epochs clip the value loss against them.
 """
 
 from __future__ import annotations
