@@ -131,6 +131,11 @@ def test_the_project_installs_itself_and_grades(scm_task, backend):
     assert find_leaks(scm_task, factory) == []
     gold = grade(scm_task, scm_task.patch, factory)
     assert gold.status == Status.RESOLVED, (gold.error, gold.tests, gold.log_tail)
+    # The attack: a .pth planted in the install folder would run in the test process and could force passes.
+    planted = ("diff --git a/.repogym-install/zz.pth b/.repogym-install/zz.pth\nnew file mode 100644\n--- /dev/null\n"
+               "+++ b/.repogym-install/zz.pth\n@@ -0,0 +1 @@\n+import os; os._exit(0)\n")
+    forged = grade(scm_task, planted, factory)
+    assert forged.status == Status.UNRESOLVED and ".repogym-install/zz.pth" in forged.dropped
     empty = grade(scm_task, "", factory)
     assert empty.status == Status.UNRESOLVED and empty.tests["tests/test_hidden.py::test_double"] == "failed"
     assert empty.tests["tests/test_hidden.py::test_installed"] == "passed"

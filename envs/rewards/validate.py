@@ -128,22 +128,23 @@ def validate_tasks(tasks: list[Task], factory_for: Callable[[Task], Callable[[],
     ``agent_factory_for``: sandboxes for the no-leak check, made as episodes get them (default: ``factory_for``).
     A task whose repository or base commit cannot be had gets a ``no_source`` verdict, and one whose factory cannot
     be made (its environment does not build) an ``env_build`` verdict."""
-    def one(task: Task) -> Validation:
+    def verdict_of(task: Task) -> Validation:
         try:
             snapshot(task)  # the repository first: without it nothing else can be judged
         except (ConfigError, InfraError) as exc:
             verdict = Validation(task.instance_id)
             verdict.fail("no_source", f"repository not available: {getattr(exc, 'message', exc)}"[:1200])
-            if on_result:
-                on_result(verdict)
             return verdict
         try:
             make, make_agent = factory_for(task), (agent_factory_for or factory_for)(task)
         except Exception as exc:  # one task's environment, not the whole run: a verdict like the others
             verdict = Validation(task.instance_id)
             verdict.fail("env_build", f"environment not built: {type(exc).__name__}: {exc}"[:1200])
-        else:
-            verdict = validate_task(task, make, make_agent_sandbox=make_agent)
+            return verdict
+        return validate_task(task, make, make_agent_sandbox=make_agent)
+
+    def one(task: Task) -> Validation:
+        verdict = verdict_of(task)
         if on_result:
             on_result(verdict)
         return verdict

@@ -34,6 +34,11 @@ LABEL = "repogym"
 AGENT_UID = 1000  # the image's `agent` user; owns the tmpfs folders
 
 
+def container_labels(run_id: str) -> dict[str, str]:
+    """The labels every container repogym starts carries (run, creation time, owner), so `repogym gc` can reap it."""
+    return {LABEL: "1", f"{LABEL}.run": run_id, f"{LABEL}.created": str(int(time.time())), **owner_labels()}
+
+
 def available() -> str | None:
     """``None`` when a daemon answers, else why not."""
     try:
@@ -60,8 +65,7 @@ class DockerSandbox(RunnerClient):
         self.repo_dir = repo_dir
         writable = {repo_dir if path == REPO_DIR else path: size for path, size in WRITABLE.items()}
         self.name = f"repogym-{self.config.run_id}-{uuid.uuid4().hex[:8]}"
-        labels = {LABEL: "1", f"{LABEL}.run": self.config.run_id, f"{LABEL}.created": str(int(time.time())),
-                  **owner_labels(), **self.config.labels}
+        labels = {**container_labels(self.config.run_id), **self.config.labels}
         try:
             self.container = self.client.containers.run(
                 self.image, ["sleep", "infinity"], name=self.name, detach=True, labels=labels,

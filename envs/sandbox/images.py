@@ -175,8 +175,9 @@ def ensure_env_image(setup: dict[str, Any] | None = None, *, log: Callable[[str]
     except docker.errors.ImageNotFound:
         pass
     files = {f"inside/{p.name}": p.read_bytes() for p in INSIDE_DIR.glob("*.py")}
-    if environment_requirements(setup):
-        files.update(_wheelhouse(environment_requirements(setup), python))
+    requirements = environment_requirements(setup)
+    if requirements:
+        files.update(_wheelhouse(requirements, python))
     log(f"building {tag}")
     _build(client, env_dockerfile(setup), files, tag, network=False)
     return tag

@@ -32,15 +32,14 @@ import hashlib
 import json
 import posixpath
 import shlex
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from repogym.envs.errors import ConfigError, SandboxError
 from repogym.envs.sandbox.base import INSIDE_DIR, REPO_DIR, WRITABLE
+from repogym.envs.sandbox.docker import container_labels
 from repogym.envs.sandbox.docker_client import docker_client
-from repogym.envs.sandbox.owner import owner_labels
 
 PREBUILT_REPO = "repogym/prebuilt"
 ENV_PYTHONS = ("/opt/miniconda3/envs/testbed/bin/python", "/testbed/.venv/bin/python", "/root/.venv/bin/python")
@@ -145,10 +144,8 @@ def _probe(client, name: str) -> dict[str, str]:
     """What the image holds: its environment's interpreter and version, one for the runner, ``useradd``."""
     try:
         # Labelled like sandboxes, so `repogym gc` reaps the probe should this process die while it runs.
-        labels = {"repogym": "1", "repogym.run": "prebuilt-probe", "repogym.created": str(int(time.time())),
-                  **owner_labels()}
         out = client.containers.run(name, ["-c", _PROBE], entrypoint=["/bin/sh"], user="root", network_mode="none",
-                                    remove=True, stdout=True, stderr=True, labels=labels)
+                                    remove=True, stdout=True, stderr=True, labels=container_labels("prebuilt-probe"))
     except Exception as exc:
         raise SandboxError("sandbox.prebuilt", f"could not look inside {name} (it needs /bin/sh): {exc}") from exc
     found = dict(line.split("=", 1) for line in out.decode(errors="replace").splitlines() if "=" in line)

@@ -87,27 +87,28 @@ class _Summary:
     """The run's last summary line, read line by line as the output arrives."""
 
     def __init__(self, mode):
-        self.mode, self.text, self._ran = mode, "", ""
+        self.mode, self.text = mode, ""
+        self._pending = ""  # a summary not yet whole: unittest's "Ran N tests" line, or sympy's wrapped one
 
     def feed(self, line):
         text = ANSI.sub("", line).strip()
         if self.mode == "--unittest-script":
             if UNITTEST_RAN.match(text):
-                self._ran = text
-            elif self._ran and UNITTEST_VERDICT.match(text):
-                self.text, self._ran = self._ran + "; " + text, ""
+                self._pending = text
+            elif self._pending and UNITTEST_VERDICT.match(text):
+                self.text, self._pending = self._pending + "; " + text, ""
         elif self.mode == "--output-script":
             # sympy wraps a long summary at the terminal's width: "tests finished: 1 passed, ..., \n3 exceptions,
             # in 0.5 seconds"; the parts are joined (at most three lines).
             if text.strip("= ").startswith("tests finished:"):
-                self._ran = text
-            elif self._ran and self._ran.count("\n") < 2:
-                self._ran += "\n" + text
+                self._pending = text
+            elif self._pending and self._pending.count("\n") < 2:
+                self._pending += "\n" + text
             else:
-                self._ran = ""
-            joined = " ".join(self._ran.split())
-            if self._ran and SYMPY_SUMMARY.match(joined):
-                self.text, self._ran = joined.strip("= "), ""
+                self._pending = ""
+            joined = " ".join(self._pending.split())
+            if self._pending and SYMPY_SUMMARY.match(joined):
+                self.text, self._pending = joined.strip("= "), ""
         elif SUMMARY.match(text):
             self.text = text
 
