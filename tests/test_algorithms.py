@@ -59,6 +59,11 @@ def _logits_for(logps: list[float], vocab: int = 2) -> torch.Tensor:
     return torch.tensor([rows])
 
 
+def _logprobs_for(logps: list[float], batch) -> torch.Tensor:
+    """What the learner hands ``loss``: the logprob of each target token, here from :func:`_logits_for`."""
+    return token_logprobs(_logits_for(logps), batch.input_ids[:1])
+
+
 def test_grpo_clipped_loss_by_hand():
     # one sequence [0, 1, 1]: two targets (both token 1), both generated
     new_lp = [math.log(0.6), math.log(0.3)]
@@ -66,14 +71,14 @@ def test_grpo_clipped_loss_by_hand():
     s = Sample(ids=[0, 1, 1], mask=[0, 1, 1], logprobs=[0.0] + old_lp, reward=1.0, advantage=2.0)
     batch = collate([s], pad_id=0)
     algo = GRPO(GRPOConfig(clip_low=0.2, clip_high=0.28, loss_agg="token"))
-    loss, metrics = algo.loss(_logits_for(new_lp), batch, normalizer([batch.loss_mask], "token"))
+    loss, metrics = algo.loss(_logprobs_for(new_lp, batch), batch, normalizer([batch.loss_mask], "token"))
     # ratios 1.5 (clipped to 1.28 with A > 0) and 1.0; loss = -(1.28*2 + 1.0*2) / 2
     assert float(loss) == pytest.approx(-(1.28 * 2 + 2.0) / 2, rel=1e-5)
     assert metrics["losses/clip_fraction"] == pytest.approx(0.5)
     # negative advantage: min picks the unclipped 1.5 * -2 (pessimistic), the other ratio 1.0
     s.advantage = -2.0
     batch = collate([s], pad_id=0)
-    loss, _ = algo.loss(_logits_for(new_lp), batch, 2.0)
+    loss, _ = algo.loss(_logprobs_for(new_lp, batch), batch, 2.0)
     assert float(loss) == pytest.approx(-(1.5 * -2 + 1.0 * -2) / 2, rel=1e-5)
 
 
@@ -82,13 +87,13 @@ def test_an_off_policy_token_costs_at_most_dual_clip_times_its_advantage():
     new_lp, old_lp = [math.log(0.5)], [-30.0]
     s = Sample(ids=[0, 1], mask=[0, 1], logprobs=[0.0] + old_lp, reward=0.0, advantage=-1.0)
     batch = collate([s], pad_id=0)
-    bounded, metrics = GRPO(GRPOConfig(dual_clip=3.0)).loss(_logits_for(new_lp), batch, 1.0)
+    bounded, metrics = GRPO(GRPOConfig(dual_clip=3.0)).loss(_logprobs_for(new_lp, batch), batch, 1.0)
     assert float(bounded) == pytest.approx(3.0)  # dual_clip * |A|
     assert metrics["losses/sampler_gap_max"] == pytest.approx(30 + math.log(0.5), rel=1e-5)
-    unbounded, _ = GRPO(GRPOConfig(dual_clip=None)).loss(_logits_for(new_lp), batch, 1.0)
+    unbounded, _ = GRPO(GRPOConfig(dual_clip=None)).loss(_logprobs_for(new_lp, batch), batch, 1.0)
     assert math.isfinite(float(unbounded)) and float(unbounded) == pytest.approx(math.exp(20.0), rel=1e-4)  # clamped
     positive = collate([Sample(ids=[0, 1], mask=[0, 1], logprobs=[0.0, -30.0], reward=1.0, advantage=1.0)], pad_id=0)
-    assert float(GRPO(GRPOConfig()).loss(_logits_for(new_lp), positive, 1.0)[0]) == pytest.approx(-1.28)
+    assert float(GRPO(GRPOConfig()).loss(_logprobs_for(new_lp, positive), positive, 1.0)[0]) == pytest.approx(-1.28)
     with pytest.raises(ConfigError, match="dual_clip must be > 1"):
         GRPO(GRPOConfig(dual_clip=1.0))
 
@@ -96,7 +101,7 @@ def test_an_off_policy_token_costs_at_most_dual_clip_times_its_advantage():
 def test_on_policy_the_sampler_and_learner_agree():
     lp = [math.log(0.25), math.log(0.6)]
     batch = collate([Sample(ids=[0, 1, 1], mask=[0, 1, 1], logprobs=[0.0] + lp, reward=1.0, advantage=1.0)], pad_id=0)
-    _, metrics = GRPO(GRPOConfig()).loss(_logits_for(lp), batch, 2.0)
+    _, metrics = GRPO(GRPOConfig()).loss(_logprobs_for(lp, batch), batch, 2.0)
     assert metrics["losses/sampler_k3"] == pytest.approx(0.0, abs=1e-6)
     assert metrics["losses/sampler_gap_max"] == pytest.approx(0.0, abs=1e-6)
 
@@ -106,7 +111,7 @@ def test_grpo_kl_penalty_by_hand():
     s = Sample(ids=[0, 1], mask=[0, 1], logprobs=[0.0] + lp, advantage=0.0)
     batch = collate([s], pad_id=0)
     ref = torch.tensor([[math.log(0.25)]])
-    loss, metrics = GRPO(GRPOConfig(kl_coef=0.1)).loss(_logits_for(lp), batch, 1.0, ref)
+    loss, metrics = GRPO(GRPOConfig(kl_coef=0.1)).loss(_logprobs_for(lp, batch), batch, 1.0, ref)
     # k3 = exp(ref - logp) - (ref - logp) - 1 with ref - logp = log(0.5)
     k3 = 0.5 - math.log(0.5) - 1
     assert float(loss) == pytest.approx(0.1 * k3, rel=1e-5)
@@ -116,7 +121,8 @@ def test_grpo_kl_penalty_by_hand():
 def test_masked_tokens_get_no_gradient():
     logits = torch.randn(1, 4, 5, requires_grad=True)
     s = Sample(ids=[1, 2, 3, 4], mask=[0, 0, 1, 0], logprobs=[0.0] * 4)
-    loss, _ = SFT(SFTConfig()).loss(logits, collate([s], pad_id=0), 1.0)
+    batch = collate([s], pad_id=0)
+    loss, _ = SFT(SFTConfig()).loss(token_logprobs(logits, batch.input_ids), batch, 1.0)
     loss.backward()
     # only position 1 (which predicts the one generated token, ids[2]) carries gradient
     assert [bool(logits.grad[0, t].abs().sum() > 0) for t in range(4)] == [False, True, False, False]
@@ -164,20 +170,65 @@ def test_vectorised_gae_matches_the_per_token_loop():
     assert torch.allclose(ret * mask, (adv + values) * mask, atol=1e-6)
 
 
-def test_ppo_clips_values_against_the_rollout_values_in_later_epochs():
+def test_ppo_clips_values_against_the_values_of_the_old_pass():
     from repogym.trainer.algorithms.ppo import PPO, PPOConfig
 
     algo = PPO(PPOConfig(value_clip=0.2, value_coef=1.0, gamma=1.0, lam=1.0), hidden_size=2)
     s = Sample(ids=[0, 1, 1], mask=[0, 1, 1], logprobs=[0.0, math.log(0.5), math.log(0.5)], reward=1.0)
     batch = collate([s], pad_id=0)
-    logits, hidden = torch.cat([_logits_for([math.log(0.5)] * 2)]), torch.ones(1, 3, 2)
-    algo.loss(logits, batch, 2.0, hidden=hidden)  # first epoch: values 0 everywhere, recorded
-    assert torch.equal(batch.old_values, torch.zeros(1, 2))
+    logp, hidden = _logprobs_for([math.log(0.5)] * 2, batch), torch.ones(1, 3, 2)
+    with pytest.raises(ValueError, match="needs the old pass"):
+        algo.loss(logp, batch, 2.0, hidden=hidden)
+    assert algo.needs_old_pass
+    with torch.no_grad():
+        algo.old_pass(batch, logp, hidden)  # before the update: values 0 everywhere, recorded
+        algo.finish_old_pass([batch])
+    assert torch.equal(batch.old_values, torch.zeros(1, 2)) and batch.learner_logprobs is None  # no TIS
+    assert batch.token_advantages.tolist() == [[1.0, 1.0]] and batch.returns.tolist() == [[1.0, 1.0]]
     with torch.no_grad():
         algo.value_head.bias.fill_(0.9)  # the update moved every value to 0.9
-    _, metrics = algo.loss(logits, batch, 2.0, hidden=hidden)
-    # returns are 1 (GAE from the rollout values); unclipped error (0.9 - 1)^2, clipped (0.2 - 1)^2: the max wins
+    _, metrics = algo.loss(logp, batch, 2.0, hidden=hidden)
+    # returns are 1 (GAE from the old values); unclipped error (0.9 - 1)^2, clipped (0.2 - 1)^2: the max wins
     assert metrics["losses/value_loss"] == pytest.approx(0.5 * 0.8 ** 2, rel=1e-5)
+
+
+@pytest.mark.parametrize("name", ["grpo", "ppo"])
+def test_tis_takes_the_ratio_to_the_learner_and_weights_by_the_truncated_sampler_ratio(name):
+    from repogym.trainer.algorithms import make_algorithm
+
+    # Two generated tokens. The sampler drew them at 0.4 and 0.25, the learner (before the update) gives 0.5 and 0.5:
+    # TIS weights 1.25 and 2 -> capped at 1.5. The learner now gives 0.55 and 0.5: ratios 1.1 and 1.0.
+    sampler, learner_old, new = [math.log(0.4), math.log(0.25)], [math.log(0.5)] * 2, [math.log(0.55), math.log(0.5)]
+    batch = collate([Sample(ids=[0, 1, 1], mask=[0, 1, 1], logprobs=[0.0] + sampler, reward=1.0, advantage=1.0)], 0)
+    options = {"tis_cap": 1.5, "dual_clip": None} | ({} if name == "grpo" else {"value_coef": 0.0, "lam": 1.0})
+    algo = make_algorithm(name, options, hidden_size=2)
+    hidden = torch.zeros(1, 3, 2) if algo.needs_hidden else None
+    logp = _logprobs_for(new, batch).requires_grad_()
+    with pytest.raises(ValueError, match="tis_cap needs the learner's old logprobs|needs the old pass"):
+        algo.loss(logp, batch, 2.0, hidden=hidden)
+    assert algo.needs_old_pass
+    with torch.no_grad():
+        algo.old_pass(batch, _logprobs_for(learner_old, batch), hidden)
+        algo.finish_old_pass([batch])
+    assert batch.learner_logprobs[0].tolist() == pytest.approx(learner_old)
+    # PPO: values 0 and reward 1 at the end with gamma = lambda = 1: both advantages 1, like GRPO's
+    loss, metrics = algo.loss(logp, batch, 2.0, hidden=hidden)
+    assert float(loss.detach()) == pytest.approx(-(1.1 * 1.25 + 1.0 * 1.5) / 2, rel=1e-5)
+    assert metrics["losses/tis_weight_mean"] == pytest.approx((1.25 + 1.5) / 2, rel=1e-5)
+    assert metrics["losses/tis_clipped_fraction"] == pytest.approx(0.5)
+    assert metrics["losses/ratio_mean"] == pytest.approx((1.1 + 1.0) / 2, rel=1e-5)
+    assert metrics["losses/sampler_gap_max"] == pytest.approx(math.log(2), rel=1e-5)  # sampler vs learner-old
+    loss.backward()  # the weight is a constant: d(-w * ratio * A / 2) / dlogp = -w * ratio / 2
+    assert logp.grad[0].tolist() == pytest.approx([-1.25 * 1.1 / 2, -1.5 * 1.0 / 2], rel=1e-5)
+
+
+@pytest.mark.parametrize("name", ["grpo", "ppo"])
+def test_tis_cap_must_be_positive(name):
+    from repogym.trainer.algorithms import make_algorithm
+
+    for cap in (0.0, -1.0):
+        with pytest.raises(ConfigError, match="tis_cap must be > 0"):
+            make_algorithm(name, {"tis_cap": cap}, hidden_size=2)
 
 
 # -- the registry and the protocol ------------------------------------------------------------------------
@@ -200,13 +251,14 @@ def test_make_algorithm_resolves_by_name_and_a_miss_lists_every_algorithm():
 @pytest.mark.parametrize("name, options, expected", [
     ("grpo", {"group_size": 4, "temperature": 0.7, "loss_agg": "sequence", "epochs": 2, "kl_coef": 0.1},
      {"group_size": 4, "temperature": 0.7, "loss_agg": "sequence", "epochs": 2, "needs_hidden": False,
-      "needs_reference": True}),
+      "needs_reference": True, "needs_old_pass": False}),
+    ("grpo", {"tis_cap": 2.0}, {"needs_hidden": False, "needs_old_pass": True}),
     ("ppo", {"group_size": 2, "temperature": 0.9, "epochs": 3},
      {"group_size": 2, "temperature": 0.9, "loss_agg": "token", "epochs": 3, "needs_hidden": True,
-      "needs_reference": False}),
+      "needs_reference": False, "needs_old_pass": True}),
     ("sft", {"loss_agg": "sequence"},
      {"group_size": 1, "temperature": 1.0, "loss_agg": "sequence", "epochs": 1, "needs_hidden": False,
-      "needs_reference": False}),
+      "needs_reference": False, "needs_old_pass": False}),
 ])
 def test_every_algorithm_provides_the_whole_protocol(name, options, expected):
     from repogym.trainer.algorithms import Algorithm, make_algorithm
@@ -215,11 +267,15 @@ def test_every_algorithm_provides_the_whole_protocol(name, options, expected):
     assert isinstance(algorithm, Algorithm) and algorithm.name == name
     assert {key: getattr(algorithm, key) for key in expected} == expected
     assert len(list(algorithm.parameters())) == (2 if name == "ppo" else 0)  # PPO's value head: weight and bias
-    # One loss signature for all: the learner passes hidden states (None unless needs_hidden).
+    # One call sequence for all, as the learner makes it: the old pass when asked for, then the loss.
     batch = collate([Sample(ids=[5, 6, 7], mask=[0, 1, 1], logprobs=[0.0, -1.0, -1.0], reward=1.0)], pad_id=0)
-    logits = torch.zeros(1, 3, 10)
+    logprobs = token_logprobs(torch.zeros(1, 3, 10), batch.input_ids)
     hidden = torch.zeros(1, 3, 8) if algorithm.needs_hidden else None
-    loss, metrics = algorithm.loss(logits, batch, 2.0, torch.zeros(1, 2) if algorithm.needs_reference else None,
+    if algorithm.needs_old_pass:
+        with torch.no_grad():
+            algorithm.old_pass(batch, logprobs, hidden)
+            assert isinstance(algorithm.finish_old_pass([batch]), dict)
+    loss, metrics = algorithm.loss(logprobs, batch, 2.0, torch.zeros(1, 2) if algorithm.needs_reference else None,
                                    hidden=hidden)
     assert loss.dim() == 0 and metrics
 
@@ -260,7 +316,7 @@ def test_dr_grpo_divides_token_sums_by_a_constant_length():
     algo = GRPO(GRPOConfig(loss_agg="constant", agg_length=8))
     denominator = normalizer([batch.loss_mask], algo.loss_agg, algo.agg_length)
     assert denominator == 2 * 8
-    loss, _ = algo.loss(torch.cat([_logits_for(lp), _logits_for(lp)]), batch, denominator)
+    loss, _ = algo.loss(token_logprobs(torch.cat([_logits_for(lp), _logits_for(lp)]), batch.input_ids), batch, denominator)
     assert float(loss) == pytest.approx(-(1.0 + 1.0 + 1.0) / 16, rel=1e-5)  # three generated tokens, ratio 1, A 1
     with pytest.raises(ValueError, match="needs a positive length"):
         normalizer([batch.loss_mask], "constant", None)

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from repogym.envs.errors import ConfigError
@@ -214,3 +215,31 @@ def test_async_mode_never_trains_on_samples_older_than_the_bound(sft_model, tmp_
     assert all(m.get("rollout/staleness_max", 0) <= 0 for m in steps)
     # Groups kept generating through the learner's updates, so some were too old and were dropped.
     assert sum(m["rollout/dropped_stale_groups"] for m in steps) > 0
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_learner_sharded_over_two_ray_ranks_trains_checkpoints_and_resumes(sft_model, tmp_path):
+    """learner.world_size 2: two Ray actors (gloo on CPU) hold the FSDP2-sharded policy; the rollout worker gets
+    the gathered weights, and a checkpoint of the full state resumes the run on two fresh ranks."""
+    import ray
+
+    sections = dict(model={"path": str(sft_model)}, ray={"num_cpus": 3}, fleet={"backend": "ray", "workers": 1},
+                    learner={"lr": 5e-4, "micro_batch_size": 2, "world_size": 2})
+    try:
+        Trainer(_config(tmp_path / "run", train={"steps": 1}, **sections), progress=False).run()
+        Trainer(_config(tmp_path / "run", **sections), progress=False).run()
+    finally:
+        ray.shutdown()
+    steps = _metrics(tmp_path / "run")
+    assert [m["step"] for m in steps] == [1, 2]
+    assert all("losses/loss" in m and m["charts/policy_version"] == m["step"] for m in steps)
+    # The second run resumed from step 1's checkpoint: its model is not the one it was given.
+    from repogym.trainer.checkpoint import latest_checkpoint, load_checkpoint
+
+    state = load_checkpoint(latest_checkpoint(tmp_path / "run"))["learner"]
+    from transformers import AutoModelForCausalLM
+
+    start = AutoModelForCausalLM.from_pretrained(sft_model).state_dict()
+    assert set(state["model"]) == set(start)
+    assert any(not torch.equal(state["model"][k].float(), start[k].float()) for k in start)

@@ -155,6 +155,10 @@ class TrainConfig:
             raise ConfigError(f"inference.engine must be 'hf' or 'vllm', got {self.inference.engine!r}")
         if self.inference.engine == "vllm" and self.fleet.backend != "ray":
             raise ConfigError("inference.engine vllm runs engines as Ray actors: set fleet.backend: ray")
+        if self.learner.world_size < 1:
+            raise ConfigError(f"learner.world_size must be >= 1, got {self.learner.world_size}")
+        if self.learner.world_size > 1 and self.fleet.backend != "ray":
+            raise ConfigError("learner.world_size > 1 runs the learner's ranks as Ray actors: set fleet.backend: ray")
         if self.fleet.workers < 1 or self.fleet.envs_per_worker < 1:
             raise ConfigError("fleet.workers and fleet.envs_per_worker must be >= 1")
         return self

@@ -1,20 +1,37 @@
 """The learner: a torch causal LM, its optimiser, and one update step of any algorithm.
 
-GPU when present (bf16 weights, gradient checkpointing and LoRA as options), CPU otherwise. A step
-splits the batch into micro-batches, divides every micro-batch's loss by the *whole* batch's token (or
-sequence) count so accumulation equals one big batch, clips the gradient norm, and steps AdamW.
+Weights are fp32 always (the master copy AdamW steps: at lr 1e-6 a bf16 weight would not move); ``bf16``
+is the compute precision (autocast on one process, FSDP2's mixed-precision policy over several). Log-probs
+come from :class:`~repogym.trainer.logprobs.PolicyLogprobs` in chunks, never full-size fp32 logits.
+
+One process, or one rank of many: when a default process group exists (even of one rank, as on one GPU), the
+model is sharded with FSDP2 (:mod:`repogym.trainer.sharding`) and each rank trains on every ``world``-th
+micro-batch.
+A step splits the batch into micro-batches, divides every micro-batch's loss by the *whole* batch's token
+(or sequence) count so accumulation (and the sum over ranks) equals one big batch, clips the gradient norm,
+and steps AdamW.
 """
 
 from __future__ import annotations
 
 import copy
+import math
+from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
+from repogym.envs.errors import ConfigError
+from repogym.trainer import sharding
 from repogym.trainer.algorithms.base import Algorithm
-from repogym.trainer.algorithms.common import Sample, collate, normalizer, token_logprobs
+from repogym.trainer.algorithms.common import Batch, Sample, collate, normalizer
+from repogym.trainer.logprobs import PolicyLogprobs
+
+OLD_PASS_FIELDS = ("learner_logprobs", "old_values")
+"""Per-token tensors [B, T-1] an algorithm's ``old_pass`` may set on a batch; ranks share them."""
 
 
 @dataclass
@@ -29,7 +46,7 @@ class LoraConfig:
 
 @dataclass
 class LearnerConfig:
-    """Optimiser and device settings of the learner."""
+    """Optimiser, precision and placement settings of the learner."""
 
     lr: float = 1e-5
     weight_decay: float = 0.0
@@ -44,8 +61,12 @@ class LearnerConfig:
     device: str | None = None
     """``cuda``, ``cpu`` or None (cuda when available)."""
     bf16: bool | None = None
-    """Train in bfloat16 (None: on GPU only)."""
+    """Compute in bfloat16 (None: on GPU only). Weights and optimiser state stay fp32 either way."""
     gradient_checkpointing: bool = False
+    logprob_chunk: int = 4096
+    """Positions per chunk of the output head when computing log-probs (memory: chunk x vocabulary floats)."""
+    world_size: int = 1
+    """Learner ranks. More than 1: FSDP2 over that many Ray actors (one GPU each on GPU machines, gloo on CPU)."""
     lora: LoraConfig | None = None
     seed: int = 0
 
@@ -55,21 +76,33 @@ class Learner:
 
     def __init__(self, model, config: LearnerConfig, pad_id: int, extra_parameters=(), reference: bool = False):
         self.config = config
-        self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        bf16 = config.bf16 if config.bf16 is not None else self.device.type == "cuda"
+        self.rank, self.world = sharding.rank_and_world()
+        self.sharded = sharding.distributed()
+        if config.device:
+            self.device = torch.device(config.device)
+        elif torch.cuda.is_available():
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        else:
+            self.device = torch.device("cpu")
+        self.bf16 = config.bf16 if config.bf16 is not None else self.device.type == "cuda"
         torch.manual_seed(config.seed)
-        model = model.to(self.device, dtype=torch.bfloat16 if bf16 else torch.float32)
+        model = model.to(self.device, dtype=torch.float32)
         if config.gradient_checkpointing:
-            # transformers renamed it; the old name warns.
-            (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+            # Non-reentrant: the one that composes with FSDP2 and with inputs that need no grad.
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
             model.config.use_cache = False
         if config.lora is not None:
+            if self.sharded:
+                raise ConfigError("learner.lora is not supported with a sharded learner (learner.world_size > 1)")
             from peft import LoraConfig as PeftLora, get_peft_model
 
             lc = config.lora
             model = get_peft_model(model, PeftLora(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout,
                                                    target_modules=lc.target_modules, task_type="CAUSAL_LM"))
         self.model = model.train()
+        self.policy = PolicyLogprobs(model, config.logprob_chunk)
+        if self.sharded:
+            sharding.shard(self.policy, model, self.device, self.bf16)
         self.reference = None
         if reference:
             self.refresh_reference()
@@ -80,80 +113,193 @@ class Learner:
         self.pad_id = pad_id
         self.steps = 0
 
+    def _compute(self):
+        """bf16 autocast on one process (FSDP2's mixed-precision policy does it over several)."""
+        if self.bf16 and not self.sharded:
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return nullcontext()
+
     def refresh_reference(self) -> None:
         """The KL reference becomes a frozen copy of the model as it is now (after a warm start, the SFT policy)."""
-        self.reference = copy.deepcopy(self.model).eval()
+        self.reference = copy.deepcopy(self.policy).eval()
         for p in self.reference.parameters():
             p.requires_grad_(False)
 
     def reset_optimizer(self) -> None:
-        """A fresh AdamW (no moments): for a new phase whose gradients differ in scale (SFT -> RL)."""
-        params = [p for p in self.model.parameters() if p.requires_grad] + self.extra
-        self.optimizer = torch.optim.AdamW(params, lr=self.config.lr, weight_decay=self.config.weight_decay,
-                                           betas=tuple(self.config.betas))
+        """A fresh AdamW (no moments): for a new phase whose gradients differ in scale (SFT -> RL).
+
+        Two optimisers, the same AdamW (per-parameter, so equal to one): the policy's may be sharded and is
+        checkpointed through FSDP's state-dict helpers, which know nothing of the algorithm's own parameters."""
+        c = self.config
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay, betas=tuple(c.betas))
+        self.extra_optimizer = (torch.optim.AdamW(self.extra, lr=c.lr, weight_decay=c.weight_decay,
+                                                  betas=tuple(c.betas)) if self.extra else None)
+
+    def set_lr(self, lr: float | None) -> float:
+        """Set the learning rate (None: the configured one); returns the previous one."""
+        previous = self.optimizer.param_groups[0]["lr"]
+        for optimizer in self._optimizers:
+            for group in optimizer.param_groups:
+                group["lr"] = self.config.lr if lr is None else lr
+        return previous
+
+    def finish_warm_start(self) -> None:
+        """After SFT, before RL: fresh optimiser moments, the KL reference becomes the warm-started policy, step 0."""
+        self.reset_optimizer()
+        if self.reference is not None:
+            self.refresh_reference()
+        self.steps = 0
+
+    @property
+    def _optimizers(self) -> list[torch.optim.Optimizer]:
+        return [o for o in (self.optimizer, self.extra_optimizer) if o is not None]
+
+    def _forward(self, module: torch.nn.Module, batch: Batch, algorithm: Algorithm):
+        with self._compute():
+            return module(batch.input_ids, batch.attention_mask, algorithm.temperature, algorithm.needs_hidden)
+
+    def _rounds(self, batches: list[Batch]) -> Iterator[tuple[Batch, bool]]:
+        """This rank's micro-batches (every ``world``-th), padded with repeats flagged not real: under FSDP every
+        rank must run the same number of forward passes."""
+        rounds = math.ceil(len(batches) / self.world)
+        for r in range(rounds):
+            i = r * self.world + self.rank
+            yield (batches[i], True) if i < len(batches) else (batches[self.rank % len(batches)], False)
+
+    def _old_pass(self, batches: list[Batch], algorithm: Algorithm) -> dict[str, float]:
+        """The algorithm's look at the batch before this step's update (recomputed log-probs, values)."""
+        with torch.no_grad():
+            for batch, real in self._rounds(batches):
+                logp, hidden = self._forward(self.policy, batch, algorithm)
+                if real:
+                    algorithm.old_pass(batch, logp.float(), hidden)
+            if self.world > 1:
+                # Every rank needs every batch's fields (PPO's GAE links the parts of an episode across batches).
+                for i, batch in enumerate(batches):
+                    owner = i % self.world
+                    for name in OLD_PASS_FIELDS:
+                        have = torch.tensor([int(getattr(batch, name) is not None)], device=self.device)
+                        dist.broadcast(have, owner)
+                        if not bool(have):
+                            continue
+                        if self.rank != owner:
+                            setattr(batch, name, torch.empty(batch.loss_mask.shape, device=self.device))
+                        dist.broadcast(getattr(batch, name).float().contiguous(), owner)
+            return algorithm.finish_old_pass(batches)
 
     def train_step(self, samples: list[Sample], algorithm: Algorithm) -> dict[str, float]:
-        """One optimiser step per epoch (``algorithm.epochs``) over ``samples`` with its loss; averaged metrics."""
+        """One optimiser step per epoch (``algorithm.epochs``) over ``samples`` with its loss; averaged metrics.
+
+        Over several ranks every rank gets the same ``samples`` and the same metrics back."""
         if not samples:
             raise ValueError("train_step got no samples")
         epochs = algorithm.epochs
         chunks = micro_batches(samples, self.config.micro_batch_size, self.config.max_tokens_per_micro_batch)
         batches = [collate(c, self.pad_id, self.device) for c in chunks]
         denominator = normalizer([b.loss_mask for b in batches], algorithm.loss_agg, getattr(algorithm, "agg_length", None))
-        needs_hidden = algorithm.needs_hidden
         totals: dict[str, float] = {}
+        if algorithm.needs_old_pass:
+            totals.update(self._old_pass(batches, algorithm))
+        share = 1.0 / (len(batches) * epochs)
+        params = [p for o in self._optimizers for g in o.param_groups for p in g["params"]]
         for _ in range(epochs):
-            self.optimizer.zero_grad(set_to_none=True)
+            for optimizer in self._optimizers:
+                optimizer.zero_grad(set_to_none=True)
             loss_sum = 0.0
-            for batch in batches:
-                out = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                                 output_hidden_states=needs_hidden, use_cache=False)
+            for batch, real in self._rounds(batches):
+                logp, hidden = self._forward(self.policy, batch, algorithm)
                 ref = None
                 if self.reference is not None:
                     with torch.no_grad():
-                        ref_logits = self.reference(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                                                    use_cache=False).logits
-                        ref = token_logprobs(ref_logits, batch.input_ids, algorithm.temperature)
-                loss, metrics = algorithm.loss(out.logits, batch, denominator, ref,
-                                               hidden=out.hidden_states[-1] if needs_hidden else None)
-                loss.backward()
-                loss_sum += float(loss.detach())
-                for k, v in metrics.items():
-                    totals[k] = totals.get(k, 0.0) + v / (len(batches) * epochs)
-            params = [p for g in self.optimizer.param_groups for p in g["params"]]
-            norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
-            self.optimizer.step()
-            totals["losses/loss"] = loss_sum
-            totals["losses/grad_norm"] = float(norm)
+                        ref = self._forward(self.reference, batch, algorithm)[0].float()
+                loss, metrics = algorithm.loss(logp.float(), batch, denominator, ref, hidden=hidden)
+                # FSDP averages gradients over ranks; the loss is already a share of the whole batch, so undo it.
+                # A padding round still runs backward (every rank must), contributing nothing.
+                (loss * (self.world if real else 0.0)).backward()
+                if real:
+                    loss_sum += float(loss.detach())
+                    for k, v in metrics.items():
+                        totals[k] = totals.get(k, 0.0) + v * share
+            if self.world > 1:
+                for p in self.extra:  # replicated parameters (a value head): their gradients summed by hand
+                    if p.grad is not None:
+                        dist.all_reduce(p.grad)
+                        p.grad.div_(self.world)
+            norm = sharding.total_grad_norm(params)
+            scale = self.config.max_grad_norm / (norm + 1e-6)
+            if scale < 1.0:
+                for p in params:
+                    if p.grad is not None:
+                        p.grad.mul_(scale)
+            for optimizer in self._optimizers:
+                optimizer.step()
+            totals["losses/loss"] = totals.get("losses/loss", 0.0) + loss_sum / epochs
+            totals["losses/grad_norm"] = norm
         self.steps += 1
+        totals = sharding.combine_metrics(totals, self.world)
+        totals["losses/grad_norm"] = norm
         totals["losses/tokens"] = float(sum(b.tokens for b in batches))
         return totals
 
-    def policy_state(self) -> dict[str, torch.Tensor]:
-        """The full policy weights on CPU (LoRA merged in) for the inference engines."""
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The full policy weights one tensor at a time, by Hugging Face name (LoRA merged in), on this device.
+
+        Over several ranks each tensor is gathered as it is reached: every rank must iterate to the end."""
         model = self.model
         if self.config.lora is not None:
             model = copy.deepcopy(model).merge_and_unload()
-        return {k: v.detach().to("cpu", dtype=torch.float32).clone() for k, v in model.state_dict().items()}
+        for name, tensor in model.state_dict().items():
+            yield name, sharding.full(tensor).detach()
+
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        """The full policy weights on CPU in fp32 (LoRA merged in), for in-process engines."""
+        return {k: v.to("cpu", dtype=torch.float32).clone() for k, v in self.named_weights()}
 
     def export(self, out_dir, tokenizer=None) -> None:
         """Save the policy as a model folder ``from_pretrained`` loads (LoRA merged in), with its tokenizer."""
-        model = self.model
-        if self.config.lora is not None:
-            model = copy.deepcopy(model).merge_and_unload()
-        model.save_pretrained(out_dir)
-        if tokenizer is not None:
+        if self.sharded:
+            state = self.policy_state()
+            if self.rank == 0:
+                self.model.save_pretrained(out_dir, state_dict=state)
+        else:
+            model = copy.deepcopy(self.model).merge_and_unload() if self.config.lora is not None else self.model
+            model.save_pretrained(out_dir)
+        if tokenizer is not None and self.rank == 0:
             tokenizer.save_pretrained(out_dir)
 
+    def close(self) -> None:
+        """Nothing to release in this process (a :class:`~repogym.trainer.learner_group.LearnerGroup` stops its ranks)."""
+
     def state_dict(self) -> dict[str, Any]:
-        """Everything a resumed run needs: weights, optimiser, extra parameters, step count."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+        """Everything a resumed run needs: weights, optimiser, extra parameters, step count (over several ranks:
+        the full, unsharded state, complete on rank 0)."""
+        if self.sharded:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            policy_state, optim_state = get_state_dict(self.policy, self.optimizer, options=options)
+            model_state = {k.removeprefix("model."): v for k, v in policy_state.items()}
+        else:
+            model_state, optim_state = self.model.state_dict(), self.optimizer.state_dict()
+        return {"model": model_state, "optimizer": optim_state,
+                "extra_optimizer": self.extra_optimizer.state_dict() if self.extra_optimizer else None,
                 "extra": [p.detach().cpu() for p in self.extra], "steps": self.steps,
-                "reference": self.reference.state_dict() if self.reference is not None else None}
+                "reference": self.reference.state_dict() if self.reference is not None and not self.sharded else None}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if self.sharded:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+            set_state_dict(self.policy, self.optimizer,
+                           model_state_dict={"model." + k: v for k, v in state["model"].items()},
+                           optim_state_dict=state["optimizer"],
+                           options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        else:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        if self.extra_optimizer is not None and state.get("extra_optimizer") is not None:
+            self.extra_optimizer.load_state_dict(state["extra_optimizer"])
         for p, saved in zip(self.extra, state["extra"]):
             p.data.copy_(saved.to(p.device))
         if self.reference is not None and state.get("reference") is not None:

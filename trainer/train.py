@@ -133,9 +133,16 @@ class Trainer:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(self.model_path, local_files_only=True, dtype="float32")
         self.max_len = getattr(model.config, "max_position_embeddings", None)
-        extra = list(self.algorithm.parameters())
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        return Learner(model, self.config.learner, pad, extra, reference=bool(self.algorithm.needs_reference))
+        reference = bool(self.algorithm.needs_reference)
+        if self.config.learner.world_size > 1:
+            from repogym.trainer.learner_group import LearnerGroup
+
+            del model  # each rank loads its own copy and shards it
+            self._start_ray()
+            a = self.config.algorithm
+            return LearnerGroup(self.model_path, self.config.learner, a.name, a.options, pad, reference)
+        return Learner(model, self.config.learner, pad, list(self.algorithm.parameters()), reference=reference)
 
     def _spec(self, agent: str = "hf", agent_options: dict | None = None) -> WorkerSpec:
         c = self.config
@@ -239,6 +246,7 @@ class Trainer:
                 bar.close()
             if self.fleet is not None:
                 self.fleet.close()
+            self.learner.close()
             self.logger.close()
 
     def warm_start(self) -> None:
@@ -269,11 +277,7 @@ class Trainer:
         samples = [Sample(q.ids, q.mask, q.logprobs) for q in sequences]
         sft = SFT(SFTConfig(steps=s.steps, batch_size=s.batch_size))
         rng = random.Random(self.config.seed)
-        groups = self.learner.optimizer.param_groups
-        lrs = [g["lr"] for g in groups]
-        if s.lr is not None:
-            for g in groups:
-                g["lr"] = s.lr
+        rl_lr = self.learner.set_lr(s.lr)
         log = MetricsLogger(self.run_dir / "sft", tensorboard=False)
         try:
             order: list[int] = []
@@ -287,13 +291,10 @@ class Trainer:
                             "sft/token_accuracy": metrics["losses/token_accuracy"], "sft/sequences": len(samples)})
         finally:
             log.close()
-            for g, lr in zip(groups, lrs):
-                g["lr"] = lr
-        # Adam's second moments from SFT's small late gradients would blow up the first RL updates.
-        self.learner.reset_optimizer()
-        if self.learner.reference is not None:  # KL is to the warm-started policy, not the random init
-            self.learner.refresh_reference()
-        self.learner.steps = 0
+            self.learner.set_lr(rl_lr)
+        # Adam's second moments from SFT's small late gradients would blow up the first RL updates; the KL
+        # reference is the warm-started policy, not the random init.
+        self.learner.finish_warm_start()
         self.sft_done = True
         # The warm-started policy as a model folder: a later run can start from it (model.path).
         self.learner.export(self.run_dir / "sft" / "model", self.tokenizer)
@@ -383,10 +384,13 @@ class Trainer:
         for g in groups:
             # One sample per context of each episode (several when a context policy rebuilt the prompt),
             # all with the episode's reward and, from the algorithm, its advantage.
+            # "part" of "parts": PPO rewards only an episode's last part; the others bootstrap from the next one.
             samples = [Sample(q.ids, q.mask, q.logprobs, reward=o.reward, task_id=o.request.task_id, group=g["gid"],
-                              version=o.version, meta={"episode": k, "masked": mask_reason(
-                                  o.status, len(q.ids), self.max_len, c.train.mask_truncated)})
-                       for k, o in enumerate(g["valid"]) for q in o.tokens.contexts()]
+                              version=o.version, meta={"episode": k, "part": j, "parts": len(parts),
+                                                       "masked": mask_reason(o.status, len(q.ids), self.max_len,
+                                                                             c.train.mask_truncated)})
+                       for k, o in enumerate(g["valid"]) for parts in [o.tokens.contexts()]
+                       for j, q in enumerate(parts)]
             if samples:
                 samples_by_group.append(samples)
         masked = [s.meta["masked"] for grp in samples_by_group for s in grp if s.meta["masked"]]
@@ -413,7 +417,7 @@ class Trainer:
         metrics["charts/rollout_s"] = rollout_s
         metrics["charts/step_s"] = time.monotonic() - start
         metrics["charts/policy_version"] = self.version
-        metrics["charts/lr"] = self.learner.optimizer.param_groups[0]["lr"]
+        metrics["charts/lr"] = self.config.learner.lr
         metrics["charts/worker_restarts"] = self.fleet.restarts
         metrics.update(self.curriculum.metrics())
         if c.train.eval_every and (self.step % c.train.eval_every == 0 or self.step == c.train.steps):

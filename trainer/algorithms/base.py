@@ -1,6 +1,10 @@
 """What the trainer and the learner need of an algorithm: the :class:`Algorithm` protocol.
 
 GRPO, PPO and SFT each provide every member explicitly (no member is optional, nothing is probed).
+
+A learner step, in order: when ``needs_old_pass``, under ``torch.no_grad`` and before any update of the step,
+``old_pass`` on every micro-batch then ``finish_old_pass`` on all of them; then, for each of ``epochs``, ``loss``
+on every micro-batch and one optimiser step.
 """
 
 from __future__ import annotations
@@ -44,15 +48,30 @@ class Algorithm(Protocol):
     def needs_reference(self) -> bool:
         """Whether ``loss`` wants a frozen reference policy's logprobs (a KL penalty)."""
 
+    @property
+    def needs_old_pass(self) -> bool:
+        """Whether the learner runs the old pass (``old_pass``, ``finish_old_pass``) before each step's update."""
+
     def parameters(self) -> Iterable[torch.nn.Parameter]:
         """Trainable parameters of the algorithm's own (a value head), trained with the model's; may be empty."""
 
     def prepare(self, groups: list[list[Sample]]) -> list[Sample]:
         """The flat list to train on, from groups of samples (advantages set where the algorithm uses them)."""
 
-    def loss(self, logits: torch.Tensor, batch: Batch, denominator: float, ref_logprobs: torch.Tensor | None = None,
+    def old_pass(self, batch: Batch, logprobs: torch.Tensor, hidden: torch.Tensor | None) -> None:
+        """Record on ``batch`` what the step needs from before its update, from the learner's ``logprobs`` [B, T-1]
+        and, when ``needs_hidden``, its last hidden states [B, T, H]. Called once per micro-batch, under no_grad."""
+
+    def finish_old_pass(self, batches: list[Batch]) -> dict[str, float]:
+        """Once every micro-batch has had ``old_pass``: whatever spans them all (PPO's GAE); the old pass's metrics."""
+
+    def loss(self, logprobs: torch.Tensor, batch: Batch, denominator: float, ref_logprobs: torch.Tensor | None = None,
              hidden: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-        """One micro-batch's loss, already divided by the whole batch's ``denominator``, and its metrics."""
+        """One micro-batch's loss, already divided by the whole batch's ``denominator``, and its metrics.
+
+        ``logprobs`` [B, T-1] are the learner's logprobs of each target token at ``temperature``, with grad (the
+        learner computes them in chunks, never full fp32 logits); ``ref_logprobs`` the reference's, when
+        ``needs_reference``; ``hidden`` the last hidden states [B, T, H], when ``needs_hidden``."""
 
 
 __all__ = ["Algorithm"]

@@ -7,6 +7,7 @@ batch holds ``T-1`` target positions for ``T`` ids.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,13 +44,20 @@ class Batch:
     attention_mask: torch.Tensor
     loss_mask: torch.Tensor
     old_logprobs: torch.Tensor
+    """The sampler's (inference engine's) logprobs of the generated tokens."""
     advantages: torch.Tensor
     """Per sequence, shape [B]."""
     rewards: torch.Tensor
+    episode_keys: list[tuple[int, int]] = field(default_factory=list)
+    """Per row: ``(group, meta["episode"])`` (episode -1 when absent); the parts of one episode share it."""
+    parts: list[tuple[int, int]] = field(default_factory=list)
+    """Per row: ``(meta["part"], meta["parts"])``, this sample's place in its episode (``(0, 1)``: a whole episode)."""
+    learner_logprobs: torch.Tensor | None = None
+    """The learner's own logprobs [B, T-1] before this step's update (the old pass; TIS)."""
     old_values: torch.Tensor | None = None
-    """PPO: the value head's values on the batch's first pass of a step (rollout time), reused by later epochs."""
+    """PPO: the value head's values [B, T-1] in the old pass (before this step's update), reused by every epoch."""
     token_advantages: torch.Tensor | None = None
-    """PPO: GAE advantages [B, T-1], computed once from ``old_values``."""
+    """PPO: GAE advantages [B, T-1], computed once per step from ``old_values``."""
     returns: torch.Tensor | None = None
 
     @property
@@ -58,7 +66,8 @@ class Batch:
 
 
 def collate(samples: list[Sample], pad_id: int, device: str | torch.device = "cpu") -> Batch:
-    """Right-padded batch of ``samples``."""
+    """Right-padded batch of ``samples``; each row's episode identity comes from ``meta`` (``episode``, ``part``,
+    ``parts``; absent keys mean a whole episode)."""
     width = max(len(s.ids) for s in samples)
     n = len(samples)
     ids = torch.full((n, width), pad_id, dtype=torch.long)
@@ -71,9 +80,14 @@ def collate(samples: list[Sample], pad_id: int, device: str | torch.device = "cp
         attn[i, :k] = 1
         mask[i, :k] = torch.tensor(s.mask, dtype=torch.float32)
         old[i, :k] = torch.tensor(s.logprobs, dtype=torch.float32)
+    parts = [(int(s.meta.get("part", 0)), int(s.meta.get("parts", 1))) for s in samples]
+    for part, count in parts:
+        if not 0 <= part < count:
+            raise ValueError(f"sample meta: expected 0 <= part < parts, got part {part} of {count}")
     return Batch(ids.to(device), attn.to(device), mask[:, 1:].to(device), old[:, 1:].to(device),
                  torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device),
-                 torch.tensor([s.reward for s in samples], dtype=torch.float32, device=device))
+                 torch.tensor([s.reward for s in samples], dtype=torch.float32, device=device),
+                 episode_keys=[(s.group, int(s.meta.get("episode", -1))) for s in samples], parts=parts)
 
 
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -121,28 +135,46 @@ LOG_RATIO_CLAMP = 20.0
 
 
 def clipped_surrogate(logp: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                      clip_low: float, clip_high: float, dual_clip: float | None) -> tuple[torch.Tensor, dict[str, float]]:
+                      clip_low: float, clip_high: float, dual_clip: float | None,
+                      learner_old: torch.Tensor | None = None, tis_cap: float | None = None
+                      ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO's clipped surrogate per token (to minimise), safe off-policy, and its metrics.
+
+    ``old_logprobs`` are the sampler's. With ``learner_old`` (the learner's own logprobs before this step's
+    update) the ratio is pi / pi_learner_old instead, and with ``tis_cap`` each token's surrogate is also weighted
+    by the detached min(pi_learner_old / pi_sampler, tis_cap): truncated importance sampling (Yao et al. 2025),
+    which corrects for the inference engine's numerics differing from the learner's.
 
     The log-ratio is clamped to +-:data:`LOG_RATIO_CLAMP` (a token the sampler drew at p = e^-30 gives no
     overflow), and with ``dual_clip`` (Ye et al. 2020; > 1) a token with a negative advantage costs at most
     ``dual_clip * |A|`` however large its ratio. The metrics include how far the learner's logprobs are from the
     sampler's (``losses/sampler_k3``: mean k3 estimate of KL(sampler || learner); ``losses/sampler_gap_max``:
-    the largest absolute logprob gap): on the first pass over a batch both should be near 0.
+    the largest absolute logprob gap), measured against ``learner_old`` when given (the true mismatch), else
+    against ``logp`` (on the first pass over a batch both should be near 0).
     """
-    log_ratio = torch.clamp(logp - old_logprobs, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    if tis_cap is not None and learner_old is None:
+        raise ValueError("tis_cap needs the learner's old logprobs (batch.learner_logprobs, set by old_pass), got None")
+    old = old_logprobs if learner_old is None else learner_old
+    log_ratio = torch.clamp(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * advantages
     surrogate = torch.minimum(unclipped, clipped)
     if dual_clip is not None:
         surrogate = torch.where(advantages < 0, torch.maximum(surrogate, dual_clip * advantages), surrogate)
+    metrics = {}
+    if tis_cap is not None:
+        log_weight = (learner_old - old_logprobs).detach()
+        weight = torch.exp(torch.clamp(log_weight, max=math.log(tis_cap)))  # min(ratio, cap) without overflow
+        surrogate = surrogate * weight
+        metrics = {"losses/tis_weight_mean": masked_mean(weight, mask),
+                   "losses/tis_clipped_fraction": masked_mean((log_weight > math.log(tis_cap)).float(), mask)}
     with torch.no_grad():
-        gap = (old_logprobs - logp).detach()
+        gap = old_logprobs - (logp.detach() if learner_old is None else learner_old)  # the sampler's mismatch
         k3 = torch.exp(torch.clamp(gap, max=LOG_RATIO_CLAMP)) - gap - 1
         on = mask > 0
-        metrics = {"losses/clip_fraction": masked_mean((unclipped != clipped).float(), mask),
-                   "losses/ratio_mean": masked_mean(ratio.detach(), mask),
-                   "losses/sampler_k3": masked_mean(k3, mask),
-                   "losses/sampler_gap_max": float(gap.abs()[on].max()) if bool(on.any()) else 0.0}
+        metrics |= {"losses/clip_fraction": masked_mean((unclipped != clipped).float(), mask),
+                    "losses/ratio_mean": masked_mean(ratio.detach(), mask),
+                    "losses/sampler_k3": masked_mean(k3, mask),
+                    "losses/sampler_gap_max": float(gap.abs()[on].max()) if bool(on.any()) else 0.0}
     return -surrogate, metrics

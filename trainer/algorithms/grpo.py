@@ -7,7 +7,9 @@ The loss is PPO's clipped surrogate on the token ratio to the sampling policy, w
 range (``clip_high`` > ``clip_low`` is DAPO's clip-higher), aggregated over tokens or sequences, plus an
 optional KL penalty to a frozen reference (k3 estimator), off when ``kl_coef`` is 0. Off-policy tokens are safe:
 the log-ratio is clamped and, with ``dual_clip``, a negative advantage's cost is bounded
-(:func:`~repogym.trainer.algorithms.common.clipped_surrogate`).
+(:func:`~repogym.trainer.algorithms.common.clipped_surrogate`). With ``tis_cap``, an old pass recomputes the
+batch's logprobs with the learner before the update: the ratio is taken to those, and each token is weighted by
+its truncated importance weight to the sampler (TIS, Yao et al. 2025).
 
 ``negative_scale`` < 1 scales the negative advantages down (an asymmetric, success-leaning estimator,
 biased like a raised baseline): a tiny model that memorised its SFT data fails by writing the right text
@@ -24,7 +26,7 @@ import torch
 
 from repogym.envs.errors import ConfigError
 from repogym.trainer.algorithms.common import (
-    Batch, Sample, aggregate, clipped_surrogate, masked_mean, token_logprobs)
+    Batch, Sample, aggregate, clipped_surrogate, masked_mean)
 
 
 @dataclass
@@ -55,6 +57,10 @@ class GRPOConfig:
     """A token with a negative advantage costs at most this times |A| (dual clip, > 1); None turns it off."""
     temperature: float = 1.0
     """Sampling temperature of the rollouts (logprobs are recomputed at it)."""
+    tis_cap: float | None = None
+    """Truncated importance sampling (Yao et al. 2025; > 0, e.g. 2): the learner recomputes the batch's logprobs
+    before the update, the ratio is taken to them, and each token's loss is weighted by min(pi_learner / pi_sampler,
+    tis_cap), correcting for the inference engine's numerics. None turns it (and the old pass) off."""
 
 
 def group_advantages(rewards: list[float], normalize_std: bool = True, eps: float = 1e-6,
@@ -86,6 +92,8 @@ class GRPO:
             raise ConfigError(f"dual_clip must be > 1 (or null to turn it off), got {config.dual_clip}")
         if config.negative_scale < 0:
             raise ConfigError(f"negative_scale must be >= 0 (1 is plain GRPO), got {config.negative_scale}")
+        if config.tis_cap is not None and config.tis_cap <= 0:
+            raise ConfigError(f"tis_cap must be > 0 (or null to turn it off), got {config.tis_cap}")
         self.config = config
 
     @classmethod
@@ -99,6 +107,7 @@ class GRPO:
     agg_length = property(lambda self: self.config.agg_length)
     epochs = property(lambda self: self.config.epochs)
     needs_reference = property(lambda self: self.config.kl_coef > 0)
+    needs_old_pass = property(lambda self: self.config.tis_cap is not None)
 
     def parameters(self) -> list[torch.nn.Parameter]:
         """None of its own: GRPO trains the policy only."""
@@ -123,15 +132,23 @@ class GRPO:
                 out.append(sample)
         return out
 
-    def loss(self, logits: torch.Tensor, batch: Batch, denominator: float, ref_logprobs: torch.Tensor | None = None,
+    def old_pass(self, batch: Batch, logprobs: torch.Tensor, hidden: torch.Tensor | None) -> None:
+        """With TIS, keep the learner's logprobs before the update (the ratio's denominator)."""
+        if self.config.tis_cap is not None:
+            batch.learner_logprobs = logprobs.detach()
+
+    def finish_old_pass(self, batches: list[Batch]) -> dict[str, float]:
+        """Nothing spans the micro-batches; the mismatch metrics come with the loss."""
+        return {}
+
+    def loss(self, logprobs: torch.Tensor, batch: Batch, denominator: float, ref_logprobs: torch.Tensor | None = None,
              hidden: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         """The clipped surrogate (+ KL) of one micro-batch, already divided by the whole batch's denominator."""
         c = self.config
-        logp = token_logprobs(logits, batch.input_ids, c.temperature)
-        mask = batch.loss_mask
+        logp, mask = logprobs, batch.loss_mask
         adv = batch.advantages[:, None].expand_as(logp)
         per_token, metrics = clipped_surrogate(logp, batch.old_logprobs, adv, mask, c.clip_low, c.clip_high,
-                                               c.dual_clip)
+                                               c.dual_clip, batch.learner_logprobs, c.tis_cap)
         metrics["losses/entropy_proxy"] = -masked_mean(logp.detach(), mask)
         if c.kl_coef > 0:
             if ref_logprobs is None:

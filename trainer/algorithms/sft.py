@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from repogym.trainer.algorithms.common import Batch, Sample, aggregate, masked_mean, token_logprobs
+from repogym.trainer.algorithms.common import Batch, Sample, aggregate, masked_mean
 
 
 @dataclass
@@ -43,6 +43,8 @@ class SFT:
     epochs = 1
     needs_hidden = False
     needs_reference = False
+    needs_old_pass = False
+    """Nothing is needed from before the update."""
 
     def __init__(self, config: SFTConfig):
         self.config = config
@@ -61,9 +63,16 @@ class SFT:
     def prepare(self, groups: list[list[Sample]]) -> list[Sample]:
         return [s for g in groups for s in g]
 
-    def loss(self, logits: torch.Tensor, batch: Batch, denominator: float, ref_logprobs: torch.Tensor | None = None,
+    def old_pass(self, batch: Batch, logprobs: torch.Tensor, hidden: torch.Tensor | None) -> None:
+        """Nothing to record (``needs_old_pass`` is False)."""
+
+    def finish_old_pass(self, batches: list[Batch]) -> dict[str, float]:
+        """No old-pass metrics."""
+        return {}
+
+    def loss(self, logprobs: torch.Tensor, batch: Batch, denominator: float, ref_logprobs: torch.Tensor | None = None,
              hidden: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-        logp = token_logprobs(logits, batch.input_ids, self.temperature)
-        loss = aggregate(-logp, batch.loss_mask, self.config.loss_agg, denominator)
+        """Mean negative log-likelihood of the generated tokens, over the whole batch's denominator."""
+        loss = aggregate(-logprobs, batch.loss_mask, self.config.loss_agg, denominator)
         return loss, {"losses/sft_loss": float(loss.detach()),
-                      "losses/token_accuracy": masked_mean((logp.detach() > -0.6931).float(), batch.loss_mask)}
+                      "losses/token_accuracy": masked_mean((logprobs.detach() > -0.6931).float(), batch.loss_mask)}

@@ -1,0 +1,166 @@
+"""The learner over several ranks: ``learner.world_size`` Ray actors training one FSDP2-sharded policy.
+
+Each rank is a Ray actor holding one GPU (CPU and gloo where there is none), so the learner's devices are
+Ray resources and no inference engine is placed on them. The ranks sit in one placement group (packed on as
+few nodes as possible) and join a default process group at rank 0's address. Every call goes to all ranks
+(FSDP's collectives need each of them); results come from rank 0. :class:`LearnerGroup` has the interface the
+trainer uses of a :class:`~repogym.trainer.learner.Learner`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from repogym.trainer.algorithms.common import Sample
+from repogym.trainer.learner import Learner, LearnerConfig
+
+
+class LearnerRank:
+    """One rank (run as a Ray actor): its model shard, its copy of the algorithm, its optimiser shard."""
+
+    def __init__(self, rank: int, world: int):
+        self.rank, self.world = rank, world
+        self.learner: Learner | None = None
+        self._sender = None
+
+    def address(self) -> tuple[str, int]:
+        """This actor's node address and a free port there (rank 0's become the process group's rendezvous)."""
+        import ray
+
+        from repogym.trainer.inference.weight_sync import free_port
+
+        return ray.util.get_node_ip_address(), free_port()
+
+    def setup(self, host: str, port: int, model_path: str, config: LearnerConfig, algorithm: str,
+              options: dict[str, Any], pad_id: int, reference: bool) -> int:
+        """Join the process group, load the model in fp32 and shard it; returns the rank."""
+        import torch
+        import torch.distributed as dist
+        from transformers import AutoModelForCausalLM
+
+        from repogym.trainer.algorithms import make_algorithm
+
+        os.environ.update(MASTER_ADDR=host, MASTER_PORT=str(port))
+        cuda = torch.cuda.is_available() and config.device != "cpu"
+        if cuda:
+            torch.cuda.set_device(0)  # Ray made this actor's one GPU the only visible one
+        else:
+            torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+        dist.init_process_group("nccl" if cuda else "gloo", rank=self.rank, world_size=self.world)
+        model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=True, dtype=torch.float32)
+        self.algorithm = make_algorithm(algorithm, options, model.config.hidden_size)
+        self.learner = Learner(model, config, pad_id, list(self.algorithm.parameters()), reference=reference)
+        return self.rank
+
+    def train_step(self, samples: list[Sample], sft_options: dict[str, Any] | None = None) -> dict[str, float]:
+        if sft_options is not None:
+            from repogym.trainer.algorithms.sft import SFT, SFTConfig
+
+            return self.learner.train_step(samples, SFT(SFTConfig(**sft_options)))
+        return self.learner.train_step(samples, self.algorithm)
+
+    def call(self, method: str, *args: Any) -> Any:
+        """A learner method on this rank; only rank 0's result is kept (the others' are None)."""
+        result = getattr(self.learner, method)(*args)
+        return result if self.rank == 0 else None
+
+    def send_weights(self, group, version: int) -> dict[str, float]:
+        """Rank 0 streams the gathered weights to the engines' sync group; the others help gather each tensor."""
+        named = self.learner.named_weights()
+        if self.rank != 0:
+            for _ in named:
+                pass
+            return {}
+        from repogym.trainer.inference.weight_sync import WeightSender
+
+        if self._sender is None or self._sender.group != group:
+            self._sender = WeightSender(group, device=str(self.learner.device))
+        return self._sender.send(named)
+
+    def shutdown(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class LearnerGroup:
+    """``world_size`` :class:`LearnerRank` actors behind the :class:`Learner` interface the trainer uses."""
+
+    def __init__(self, model_path: str, config: LearnerConfig, algorithm: str, options: dict[str, Any], pad_id: int,
+                 reference: bool, num_cpus_per_rank: float = 1.0):
+        import ray
+        import torch
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.config, self._ray = config, ray
+        self.world = config.world_size
+        gpu = torch.cuda.is_available() and config.device != "cpu"
+        bundle = {"CPU": num_cpus_per_rank, **({"GPU": 1} if gpu else {})}
+        self.placement = placement_group([bundle] * self.world, strategy="PACK")
+        ray.get(self.placement.ready())
+        actor = ray.remote(LearnerRank)
+        self.ranks = [actor.options(num_cpus=num_cpus_per_rank, num_gpus=1 if gpu else 0,
+                                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                                        placement_group=self.placement, placement_group_bundle_index=r)
+                                    ).remote(r, self.world) for r in range(self.world)]
+        host, port = ray.get(self.ranks[0].address.remote())
+        ray.get([a.setup.remote(host, port, model_path, config, algorithm, options, pad_id, reference)
+                 for a in self.ranks])
+        self.reference = True if reference else None  # the trainer only asks whether there is one
+
+    def _all(self, method: str, *args: Any) -> Any:
+        return self._ray.get([getattr(a, method).remote(*args) for a in self.ranks])[0]
+
+    def _call(self, method: str, *args: Any) -> Any:
+        return self._all("call", method, *args)
+
+    def train_step(self, samples: list[Sample], algorithm) -> dict[str, float]:
+        """One update on every rank; ``algorithm`` is the trainer's copy: the ranks use their own (built from the
+        same name and options), except for SFT, whose settings are passed along."""
+        ref = self._ray.put(samples)
+        sft = None
+        if algorithm.name == "sft":
+            import dataclasses
+
+            sft = dataclasses.asdict(algorithm.config)
+        return self._all("train_step", ref, sft)
+
+    def named_weights_sender(self, group, version: int) -> dict[str, float]:
+        return self._all("send_weights", group, version)
+
+    def policy_state(self):
+        return self._call("policy_state")
+
+    def set_lr(self, lr: float | None) -> list[float]:
+        return self._call("set_lr", lr)
+
+    def finish_warm_start(self) -> None:
+        self._call("finish_warm_start")
+
+    def export(self, out_dir, tokenizer=None) -> None:
+        self._call("export", str(out_dir))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(out_dir)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._call("state_dict")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        ref = self._ray.put(state)
+        self._all("call", "load_state_dict", ref)
+
+    def close(self) -> None:
+        try:
+            self._ray.get([a.shutdown.remote() for a in self.ranks], timeout=30)
+        finally:
+            for a in self.ranks:
+                self._ray.kill(a)
+            from ray.util.placement_group import remove_placement_group
+
+            remove_placement_group(self.placement)
+
+
+__all__ = ["LearnerGroup", "LearnerRank"]
