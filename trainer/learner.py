@@ -252,6 +252,14 @@ class Learner:
         for name, tensor in model.state_dict().items():
             yield name, sharding.full(tensor).detach()
 
+    sync_host: str | None = None
+    """Where :meth:`send_weights` sends from (None: this node)."""
+
+    def send_weights(self, sync, version: int) -> dict[str, float]:
+        """Stream the weights to the inference engines over ``sync`` (an
+        :class:`~repogym.trainer.inference.EngineSync`); the ``weight_sync/`` metrics."""
+        return sync.sync(self.named_weights(), version)
+
     def policy_state(self) -> dict[str, torch.Tensor]:
         """The full policy weights on CPU in fp32 (LoRA merged in), for in-process engines."""
         return {k: v.to("cpu", dtype=torch.float32).clone() for k, v in self.named_weights()}

@@ -107,6 +107,8 @@ class LearnerGroup:
                                         placement_group=self.placement, placement_group_bundle_index=r)
                                     ).remote(r, self.world) for r in range(self.world)]
         host, port = ray.get(self.ranks[0].address.remote())
+        self.sync_host = host  # rank 0 sends the weights to the engines
+        self.device = "cuda" if gpu else "cpu"
         ray.get([a.setup.remote(host, port, model_path, config, algorithm, options, pad_id, reference)
                  for a in self.ranks])
         self.reference = True if reference else None  # the trainer only asks whether there is one
@@ -128,8 +130,9 @@ class LearnerGroup:
             sft = dataclasses.asdict(algorithm.config)
         return self._all("train_step", ref, sft)
 
-    def named_weights_sender(self, group, version: int) -> dict[str, float]:
-        return self._all("send_weights", group, version)
+    def send_weights(self, sync, version: int) -> dict[str, float]:
+        """Rank 0 streams the gathered weights to the engines of ``sync`` (an ``EngineSync``)."""
+        return sync.sync_with(lambda group: self._all("send_weights", group, version), version)
 
     def policy_state(self):
         return self._call("policy_state")

@@ -87,6 +87,7 @@ class Trainer:
         self.learner = self._learner()
         self.step, self.version, self.next_group, self.sft_done = 0, 0, 0, False
         self.fleet: Fleet | None = None
+        self._engine_sync = None
         self._groups: dict[int, dict[str, Any]] = {}
         self._ready: list[dict[str, Any]] = []
         self._eval: list[EpisodeOutcome] = []
@@ -166,13 +167,22 @@ class Trainer:
             self._vllm = [make_vllm_actor(cfg) for _ in range(i.num_engines)]
         return self._vllm
 
-    def _push_weights(self) -> None:
-        """The learner's weights to every rollout engine: in-process ones (fleet) and vLLM actors."""
-        from repogym.trainer.inference import push_weights
+    def _push_weights(self) -> dict[str, float]:
+        """The learner's weights to whoever generates; returns the ``weight_sync/`` metrics.
 
-        state = self.learner.policy_state()
-        self.fleet.push_weights(state, self.version)
-        push_weights(self._engines(), state, self.version)
+        ``hf``: every rollout worker generates in-process, so each gets the weights. ``vllm``: the learner (its
+        rank 0) streams them in bf16 buckets over a kept torch.distributed group to the engines; the rollout
+        workers, which only call the engines, receive nothing."""
+        start = time.monotonic()
+        if self.config.inference.engine == "hf":
+            self.fleet.push_weights(self.learner.policy_state(), self.version)
+            return {"weight_sync/seconds": time.monotonic() - start}
+        if self._engine_sync is None:
+            from repogym.trainer.inference import EngineSync
+
+            self._engine_sync = EngineSync(self._engines(), host=self.learner.sync_host,
+                                           device=str(self.learner.device))
+        return self.learner.send_weights(self._engine_sync, self.version)
 
     def _start_ray(self) -> None:
         if self.config.fleet.backend != "ray":
@@ -409,7 +419,7 @@ class Trainer:
         if batch:
             metrics.update(self.learner.train_step(batch, self.algorithm))
             self.version += 1
-            self._push_weights()
+            metrics.update(self._push_weights())
         else:
             metrics["losses/skipped"] = 1
         self.step += 1

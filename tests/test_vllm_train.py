@@ -1,0 +1,57 @@
+"""A training run on the real vLLM (its CPU build, in .venv-vllm): engines as Ray actors, the weights streamed to
+them after every update over the sync group, and rollout workers that never receive weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+pytestmark = [pytest.mark.vllm, pytest.mark.ray]
+
+from repogym.trainer.config import TrainConfig, from_dict  # noqa: E402
+from repogym.trainer.train import Trainer  # noqa: E402
+
+TASKS = ["repogym__tablekit-center-odd-padding"]
+
+
+def test_a_grpo_run_on_vllm_streams_each_update_to_the_engine(tmp_path: Path):
+    import ray
+
+    run_dir = tmp_path / "run"
+    config = from_dict(TrainConfig, {
+        "seed": 0, "run_dir": str(run_dir),
+        "model": {"tiny": {"vocab_size": 1024, "hidden_size": 64, "intermediate_size": 128, "num_layers": 2,
+                           "num_heads": 4, "num_kv_heads": 2, "max_position_embeddings": 4096}},
+        "env": {"sandbox": "local", "max_turns": 2, "reward": "process", "eval_timeout": 300, "command_timeout": 30,
+                "analyze_final_diff": False},
+        "curriculum": {"suites": {"builtin": 1.0}, "task_ids": TASKS},
+        "agent": {"temperature": 1.0, "max_new_tokens": 24, "tools": ["edit", "submit"]},
+        "algorithm": {"name": "grpo", "options": {"group_size": 2}},
+        "sft": {"steps": 0},
+        "learner": {"lr": 1e-3, "micro_batch_size": 4, "device": "cpu"},
+        "inference": {"engine": "vllm", "num_engines": 1, "dtype": "float32"},
+        "fleet": {"backend": "ray", "workers": 1, "envs_per_worker": 2},
+        "ray": {"num_cpus": 3},
+        "train": {"steps": 2, "tasks_per_step": 1, "max_refills": 0, "checkpoint_every": 0, "eval_every": 0},
+    }).check()
+    trainer = Trainer(config, progress=False)
+    try:
+        trainer.run()
+        engine_version = ray.get(trainer._engines()[0].get_version.remote())
+        pushed_to_workers = trainer.fleet._weights  # what a restarted rollout worker would be given
+    finally:
+        ray.shutdown()
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in steps] == [1, 2]
+    assert engine_version == 2 == steps[-1]["charts/policy_version"]
+    # Every update went to the engine as bf16 buckets: two bytes per parameter of the tiny model.
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "model")
+    elements = sum(v.numel() for v in model.state_dict().values())
+    assert all(m["weight_sync/bytes"] == 2 * elements for m in steps)
+    assert all(m["weight_sync/seconds"] > 0 for m in steps)
+    assert pushed_to_workers is None  # the rollout workers only call the engine: no weights went to them
