@@ -131,14 +131,14 @@ def main(argv: list[str] | None = None) -> dict:
         for t in threads:
             t.join()
         gen_s = time.monotonic() - t0
-        new_tokens = sum(len(c.token_ids) for c in results)
+        new_tokens = sum(len(c.ids) for c in results)
         groups = []
         for g, prompt in enumerate(prompts):
             group_samples = []
             for k in range(args.group_size):
                 c = results[g * args.group_size + k]
-                reward = sum(t % 2 == 0 for t in c.token_ids) / max(1, len(c.token_ids))
-                group_samples.append(Sample(prompt + list(c.token_ids), [0] * len(prompt) + [1] * len(c.token_ids),
+                reward = sum(t % 2 == 0 for t in c.ids) / max(1, len(c.ids))
+                group_samples.append(Sample(prompt + list(c.ids), [0] * len(prompt) + [1] * len(c.ids),
                                             [0.0] * len(prompt) + list(c.logprobs), reward=reward, group=g,
                                             meta={"episode": k}))
             groups.append(group_samples)

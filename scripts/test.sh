@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up, then run the whole test suite except GPU tests (docker, ray and slow tests included).
+# Set up, then run the whole test suite except GPU tests (docker, ray and slow tests included; vLLM in CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -9,4 +9,11 @@ if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ]; then
 fi
 # Lint first (seconds): pyproject's ruff rules keep every import on the one installed namespace.
 .venv/bin/ruff check .
-exec .venv/bin/python -m pytest -m "not gpu" "$@"
+status=0
+.venv/bin/python -m pytest -m "not gpu and not vllm" "$@" || status=$?
+# The real vLLM (its CPU build, in an environment of its own: it pins torch): in CI, or when asked. About three
+# minutes, the install included; the engine sets the CPU build's environment itself.
+if [ "${CI:-}" = true ] || [ "${REPOGYM_TEST_VLLM:-}" = 1 ]; then
+  { bash scripts/setup_vllm.sh && .venv-vllm/bin/python -m pytest -m vllm tests/test_vllm_real.py tests/test_vllm_train.py; } || status=$?
+fi
+exit "$status"

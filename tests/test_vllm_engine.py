@@ -1,16 +1,22 @@
-"""The vLLM engine against a stand-in of vLLM's documented API (tests/fakes/vllm): no GPU needed."""
+"""The vLLM engine against a stand-in of vLLM's async API (tests/fakes/vllm): no GPU, no vLLM needed.
+
+Only what vLLM's CPU build cannot show is tested here (see the stand-in's docstring); the real engine is
+tested in tests/test_vllm_real.py.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from repogym.agents.policy import SamplingParams
-from repogym.envs.errors import ConfigError
+from repogym.envs.errors import ConfigError, InfraError
 
 FAKES = str(Path(__file__).parent / "fakes")
 REPO = str(Path(__file__).parent.parent)
@@ -25,7 +31,7 @@ def fake_vllm(monkeypatch):
     import vllm
 
     assert vllm.__file__.startswith(FAKES)
-    vllm.LLM.calls.clear()
+    vllm.AsyncLLMEngine.instances.clear()
     yield vllm
     for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
         sys.modules.pop(name, None)
@@ -37,74 +43,138 @@ def _engine(**fields):
     return VLLMEngine(VLLMEngineConfig(model="/models/tiny", **fields))
 
 
-def test_engine_arguments_ask_for_processed_logprobs_and_the_weight_extension(fake_vllm):
+def test_engine_arguments_ask_for_processed_logprobs_the_extension_and_ray_for_tensor_parallelism(fake_vllm):
     engine = _engine(max_model_len=48)
     kwargs = engine.llm.kwargs
     assert kwargs["logprobs_mode"] == "processed_logprobs"
     assert kwargs["worker_extension_cls"] == "repogym.trainer.inference.vllm_worker.WeightSyncExtension"
     assert kwargs["max_model_len"] == 48 and "distributed_executor_backend" not in kwargs
-    tp = _engine(tensor_parallel_size=2).llm.kwargs
-    assert tp["tensor_parallel_size"] == 2 and tp["distributed_executor_backend"] == "ray"
+    assert engine.max_model_len == 48 and engine.num_ranks() == 1
+    tp = _engine(tensor_parallel_size=2)
+    assert tp.llm.kwargs["tensor_parallel_size"] == 2 and tp.llm.kwargs["distributed_executor_backend"] == "ray"
+    assert tp.num_ranks() == 2
 
 
-def test_generate_returns_token_ids_logprobs_and_finish_reason(fake_vllm):
-    engine = _engine(max_model_len=64)
-    # token t is (last prompt id + t + 1 + seed) % 97: from prompt [..., 10] with seed 0 it is 11, 12, ...
-    stop = engine.generate([[5, 10]], SamplingParams(temperature=0.5, max_new_tokens=8, stop_token_ids=[13], seed=0))
-    assert stop[0].ids == [11, 12, 13] and stop[0].finish_reason == "stop"
-    assert stop[0].logprobs == pytest.approx([-0.2, -0.4, -0.6])
-    long = engine.generate([[5, 10]], SamplingParams(max_new_tokens=4, seed=1))
-    assert long[0].ids == [12, 13, 14, 15] and long[0].finish_reason == "length"
+def test_every_tensor_parallel_worker_joins_the_sync_group_at_its_own_rank(fake_vllm):
+    from repogym.trainer.inference.weight_sync import SyncGroup, WeightReceiver, WeightSender, free_port
+
+    engine = _engine(tensor_parallel_size=2)
+    group = SyncGroup("127.0.0.1", free_port(), world_size=4)  # sender, a one-rank engine elsewhere, then these two
+    other = threading.Thread(target=lambda: list(WeightReceiver(group, 1, timeout_s=30).receive()))
+    other.start()
+    counts = []
+    receiving = threading.Thread(target=lambda: counts.append(engine.receive_weights(group, 2, version=5)))
+    receiving.start()
+    weights = [("model.embed_tokens.weight", torch.full((3, 2), 2.0)), ("lm_head.weight", torch.zeros(3, 2))]
+    metrics = WeightSender(group, timeout_s=30).send(iter(weights))
+    receiving.join(30)
+    other.join(30)
+    assert counts == [2] and engine.get_version() == 5 and engine.llm.prefix_resets == 1
+    assert metrics["weight_sync/bytes"] == 24
+    assert [w.rank for w in engine.llm.workers] == [0, 1]
+    for worker in engine.llm.workers:  # both ranks got every tensor over the group (ranks 2 and 3)
+        (loaded,) = worker.loaded
+        assert [name for name, _ in loaded] == [name for name, _ in weights]
+        assert torch.equal(loaded[0][1], torch.full((3, 2), 2.0, dtype=torch.bfloat16))
 
 
-def test_max_tokens_is_capped_by_the_context_and_a_full_context_gives_an_empty_completion(fake_vllm):
+def test_a_failed_reload_still_reads_the_sync_to_its_end_and_keeps_the_old_version(fake_vllm):
+    from repogym.trainer.inference.weight_sync import SyncGroup, WeightSender, free_port
+
+    engine = _engine()
+
+    def broken(weights_iterator=None, **kwargs):
+        next(iter(weights_iterator))
+        raise KeyError("model.unknown.weight")
+
+    engine.llm.workers[0].reload_weights = broken
+    group = SyncGroup("127.0.0.1", free_port(), world_size=2)
+    errors = []
+
+    def receive():
+        try:
+            engine.receive_weights(group, 1, version=3)
+        except KeyError as exc:
+            errors.append(exc)
+
+    receiving = threading.Thread(target=receive)
+    receiving.start()
+    weights = [(f"w{i}", torch.full((64,), float(i))) for i in range(4)]  # 128 B each: one bucket apiece
+    metrics = WeightSender(group, bucket_bytes=128, timeout_s=20).send(iter(weights))  # returns: no hang
+    receiving.join(20)
+    assert metrics["weight_sync/buckets"] == 4 and len(errors) == 1
+    assert engine.get_version() == 0  # the failed update does not claim the new version
+    assert engine.generate([[1]], SamplingParams(max_new_tokens=1, seed=0))[0].ids == [2]  # and lets requests in
+
+
+def test_update_weights_goes_as_safetensors_bytes_to_every_rank(fake_vllm):
+    engine = _engine(tensor_parallel_size=2)
+    embed = torch.ones(3, 2)
+    state = {"model.embed_tokens.weight": embed, "lm_head.weight": embed}  # tied: shared memory
+    engine.update_weights(state, version=4)
+    assert engine.get_version() == 4 and engine.llm.prefix_resets == 1
+    for worker in engine.llm.workers:
+        (loaded,) = worker.loaded
+        assert sorted(name for name, _ in loaded) == sorted(state)
+        assert all(torch.equal(t, embed) for _, t in loaded)
+
+
+def test_an_update_waits_for_running_requests_and_holds_new_ones_back(fake_vllm):
+    import asyncio
+
+    engine = _engine(max_concurrency=8)
+    hold = asyncio.Event()
+    engine.llm.hold = hold
+    first: list = []
+    running = threading.Thread(target=lambda: first.extend(engine.generate([[5]], SamplingParams(max_new_tokens=2))))
+    running.start()
+    while engine.llm.running == 0:
+        time.sleep(0.01)
+    state = {"w": torch.full((2,), 1.0)}
+    updating = threading.Thread(target=engine.update_weights, args=(state, 1))
+    updating.start()
+    time.sleep(0.2)
+    assert engine.get_version() == 0  # the update waits for the running request
+    later: list = []
+    queued = threading.Thread(target=lambda: later.extend(engine.generate([[5]], SamplingParams(max_new_tokens=2))))
+    queued.start()
+    time.sleep(0.2)
+    assert len(engine.llm.requests) == 1  # and holds the new one back
+    engine.llm.hold = None
+    engine._loop.call_soon_threadsafe(hold.set)
+    for t in (running, updating, queued):
+        t.join(10)
+    assert first[0].ids == [6, 7] and first[0].version == 0  # old weights, recorded as such
+    assert later[0].ids == [7, 8] and later[0].version == 1  # new weights (offset 1)
+
+
+def test_generate_returns_tokens_logprobs_finish_reason_and_caps_length(fake_vllm):
     engine = _engine(max_model_len=10)
+    stop = engine.generate([[5, 2]], SamplingParams(temperature=0.5, max_new_tokens=8, stop_token_ids=[5], seed=0))
+    assert stop[0].ids == [3, 4, 5] and stop[0].finish_reason == "stop"
+    assert stop[0].logprobs == pytest.approx([-0.2, -0.4, -0.6])
     capped = engine.generate([list(range(7))], SamplingParams(max_new_tokens=50))
     assert len(capped[0].ids) == 3 and capped[0].finish_reason == "length"
     full = engine.generate([list(range(10))], SamplingParams(max_new_tokens=5))
-    assert full[0].ids == [] and full[0].finish_reason == "length"
+    assert full[0].ids == [] and full[0].finish_reason == "length" and full[0].version == 0
 
 
-def test_concurrent_requests_are_batched_into_one_vllm_call(fake_vllm):
-    engine = _engine(batch_wait_s=0.2)
-    results = {}
-    barrier = threading.Barrier(6)
-
-    def ask(i):
-        barrier.wait()
-        results[i] = engine.generate([[i]], SamplingParams(max_new_tokens=2, seed=0))[0].ids
-
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
-    assert results == {i: [i + 1, i + 2] for i in range(6)}
-    assert sum(engine.llm.generate_calls) == 6 and len(engine.llm.generate_calls) < 6
-
-
-def test_a_vllm_error_reaches_the_caller_and_the_engine_keeps_serving(fake_vllm):
+def test_a_failing_request_reaches_its_caller_and_the_engine_keeps_serving(fake_vllm):
     engine = _engine()
+    real = engine.llm.generate
 
     def broken(*args, **kwargs):
         raise RuntimeError("CUDA out of memory")
 
-    real, engine.llm.generate = engine.llm.generate, broken
+    engine.llm.generate = broken
     with pytest.raises(RuntimeError, match="out of memory"):
         engine.generate([[1]], SamplingParams(max_new_tokens=2))
     engine.llm.generate = real
     assert engine.generate([[1]], SamplingParams(max_new_tokens=2, seed=0))[0].ids == [2, 3]
-
-
-def test_update_weights_loads_named_cpu_tensors_on_every_rank(fake_vllm):
-    engine = _engine(tensor_parallel_size=2)
-    state = {"model.embed_tokens.weight": torch.ones(3, 2), "lm_head.weight": torch.zeros(3, 2)}
-    engine.update_weights(state, version=4)
-    assert engine.get_version() == 4 and engine.llm.prefix_resets == 1
-    for worker in engine.llm.workers:
-        (loaded,) = worker.model_runner.model.loaded
-        assert [name for name, _ in loaded] == list(state)
-        assert torch.equal(loaded[0][1], state["model.embed_tokens.weight"])
+    assert engine.check_health() is True
+    engine.llm.dead = True
+    with pytest.raises(RuntimeError, match="EngineCore"):
+        engine.check_health()
 
 
 def test_engine_registry_builds_by_name_and_lists_names_on_a_miss(fake_vllm):
@@ -116,12 +186,71 @@ def test_engine_registry_builds_by_name_and_lists_names_on_a_miss(fake_vllm):
         make_engine("tgi")
 
 
+class _FlakyEngine:
+    """An engine actor that can die or hang on request (for RayEngineClient; no vLLM involved)."""
+
+    def __init__(self, name: str):
+        self.name, self.version = name, 0
+
+    def get_version(self) -> int:
+        return self.version
+
+    def generate(self, prompts, params):
+        from repogym.agents.policy import Completion
+
+        return [Completion([len(p)], [0.0], "length", version=self.version) for p in prompts]
+
+    def die(self) -> None:
+        os._exit(1)
+
+    def hang(self, prompts, params):
+        time.sleep(60)
+
+    def check_health(self) -> bool:
+        return True
+
+
 @pytest.mark.ray
-def test_engine_actors_on_one_gpu_and_on_a_tensor_parallel_placement_group():
-    """Ray with made-up GPUs: actors are placed, serve RayEngineClient and take pushed weights."""
+def test_the_client_replaces_a_dead_engine_once_and_turns_a_hang_into_an_error():
     import ray
 
-    from repogym.trainer.inference import RayEngineClient, push_weights
+    from repogym.trainer.inference import RayEngineClient
+
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parent)}})  # actors import this module
+    try:
+        actor = ray.remote(_FlakyEngine).options(num_cpus=0, max_restarts=0)
+        started = []
+
+        def replace():
+            started.append(actor.remote("replacement"))
+            return started[-1]
+
+        first = actor.remote("first")
+        client = RayEngineClient(first, replace=replace, timeout_s=20)
+        assert client.generate([[1, 2]], SamplingParams())[0].ids == [2] and client.check_health()
+        first.die.remote()
+        assert client.generate([[1, 2, 3]], SamplingParams())[0].ids == [3]  # retried on the replacement
+        assert client.handle is started[0] and len(started) == 1
+        bare = RayEngineClient(actor.remote("bare"), timeout_s=20)
+        bare.handle.die.remote()
+        with pytest.raises(InfraError, match="died"):
+            bare.generate([[1]], SamplingParams())
+        hung = RayEngineClient(actor.remote("hung"), timeout_s=1)
+        with pytest.raises(InfraError, match="no answer within 1 s"):
+            hung._call("hang", [[1]], SamplingParams())
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.ray
+def test_engine_actors_on_one_gpu_and_a_tensor_parallel_group_take_weights_over_one_sync_group():
+    """Ray with made-up GPUs: actors are placed, serve RayEngineClient and take synced and pushed weights."""
+    import ray
+
+    from repogym.trainer.inference import EngineSync, RayEngineClient, push_weights, sync_weights
     from repogym.trainer.inference.vllm_engine import VLLMEngineConfig, make_vllm_actor
 
     if ray.is_initialized():
@@ -134,8 +263,15 @@ def test_engine_actors_on_one_gpu_and_on_a_tensor_parallel_placement_group():
         out = client.generate([[3]], SamplingParams(max_new_tokens=2, seed=0))
         assert out[0].ids == [4, 5] and client.version == 0
         sharded = make_vllm_actor(VLLMEngineConfig(model="/m", tensor_parallel_size=2))
-        push_weights([single, sharded], {"w": torch.ones(2)}, version=7)
-        assert client.version == 7 and RayEngineClient(sharded).version == 7
         assert ray.available_resources().get("GPU", 0) == 0  # 1 + a group of 2
+        sync = EngineSync([single, sharded])
+        for version, first in ((7, 2.0), (8, 3.0)):  # twice over the same group (world 1 + 1 + 2)
+            metrics = sync_weights([single, sharded], iter([("w", torch.full((4,), first))]), version, sync)
+            assert metrics["weight_sync/tensors"] == 1 and metrics["weight_sync/bytes"] == 8
+            assert client.version == version and RayEngineClient(sharded).version == version
+            assert client.generate([[3]], SamplingParams(max_new_tokens=1, seed=0))[0].ids == [4 + int(first)]
+        assert sync.group.world_size == 4
+        push_weights([single, sharded], {"w": torch.ones(2)}, version=9)
+        assert client.version == 9 and client.generate([[3]], SamplingParams(max_new_tokens=1, seed=0))[0].ids == [5]
     finally:
         ray.shutdown()

