@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
     folder = Path(tempfile.mkdtemp(prefix="gpu-check-")) / "model"
     t0 = time.monotonic()
     params = build_model(folder, args.size)
-    say(f"model: {params / 1e6:.0f}M parameters ({args.size}) built in {time.monotonic() - t0:.1f} s")
+    say(f"model: {params / 1e6:.1f}M parameters ({args.size}) built in {time.monotonic() - t0:.1f} s")
 
     t0 = time.monotonic()
     engine = VLLMEngine(VLLMEngineConfig(model=str(folder), dtype="bfloat16" if device == "cuda" else "float32",
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict:
     vocab = SIZES[args.size]["vocab_size"]
     rows = []
     for step in range(1, args.steps + 1):
-        prompts = [[rng.randrange(1000, vocab) for _ in range(args.prompt_tokens)] for _ in range(args.prompts)]
+        prompts = [[rng.randrange(vocab // 2, vocab) for _ in range(args.prompt_tokens)] for _ in range(args.prompts)]
         t0 = time.monotonic()
         requests = [(p, SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens, seed=rng.randrange(2**31)))
                     for p in prompts for _ in range(args.group_size)]
@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"{summary['learner_step_s']:.2f} s, weight sync {summary['weight_sync_s']:.2f} s, "
           f"sampler k3 at most {summary['sampler_k3_max']:.2e}")
     dist.destroy_process_group()
+    engine.shutdown()
     return summary
 
 

@@ -89,7 +89,11 @@ class Learner:
         model = model.to(self.device, dtype=torch.float32)
         if config.gradient_checkpointing:
             # Non-reentrant: the one that composes with FSDP2 and with inputs that need no grad.
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            kwargs = {"use_reentrant": False}
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 renamed it; the old name warns
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
             model.config.use_cache = False
         if config.lora is not None:
             if self.sharded:
