@@ -17,12 +17,10 @@ from repogym.trainer.train import Trainer  # noqa: E402
 TASKS = ["repogym__tablekit-center-odd-padding"]
 
 
-def test_a_grpo_run_on_vllm_streams_each_update_to_the_engine(tmp_path: Path):
-    import ray  # head_dim 32 below: the CPU attention kernels refuse 16
-
-    run_dir = tmp_path / "run"
-    config = from_dict(TrainConfig, {
+def _config(run_dir: Path, steps: int) -> TrainConfig:
+    return from_dict(TrainConfig, {
         "seed": 0, "run_dir": str(run_dir),
+        # head_dim 32: the CPU attention kernels refuse 16.
         "model": {"tiny": {"vocab_size": 1024, "hidden_size": 128, "intermediate_size": 256, "num_layers": 2,
                            "num_heads": 4, "num_kv_heads": 2, "max_position_embeddings": 4096}},
         "env": {"sandbox": "local", "max_turns": 2, "reward": "process", "eval_timeout": 300, "command_timeout": 30,
@@ -35,17 +33,27 @@ def test_a_grpo_run_on_vllm_streams_each_update_to_the_engine(tmp_path: Path):
         "inference": {"engine": "vllm", "num_engines": 1, "dtype": "float32"},
         "fleet": {"backend": "ray", "workers": 1, "envs_per_worker": 2},
         "ray": {"num_cpus": 3},
-        "train": {"steps": 2, "tasks_per_step": 1, "max_refills": -1, "checkpoint_every": 0,
+        "train": {"steps": steps, "tasks_per_step": 1, "max_refills": -1, "checkpoint_every": 0,
                   "eval_every": 0},  # -1: groups without signal are trained on too (a random policy has none)
     }).check()
-    trainer = Trainer(config, progress=False)
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_grpo_run_on_vllm_streams_each_update_to_the_engine(tmp_path: Path):
+    import ray
+
+    run_dir = tmp_path / "run"
+    trainer = Trainer(_config(run_dir, 2), progress=False)
     try:
         trainer.run()
         engine_version = ray.get(trainer._engines()[0].get_version.remote())
         pushed_to_workers = trainer.fleet._weights  # what a restarted rollout worker would be given
     finally:
         ray.shutdown()
-    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = _metrics(run_dir)
     assert [m["step"] for m in steps] == [1, 2]
     assert engine_version == 2 == steps[-1]["charts/policy_version"]
     # Every update went to the engine as bf16 buckets: two bytes per parameter of the tiny model.
@@ -56,6 +64,43 @@ def test_a_grpo_run_on_vllm_streams_each_update_to_the_engine(tmp_path: Path):
     assert all(m["weight_sync/bytes"] == 2 * elements for m in steps)
     assert all(m["weight_sync/seconds"] > 0 for m in steps)
     assert pushed_to_workers is None  # the rollout workers only call the engine: no weights went to them
+
+
+def test_a_dead_engine_is_replaced_and_brought_to_the_current_weights(tmp_path: Path):
+    """The engine actor is killed during step 2's rollouts: the rollout worker's call is retried on a replacement
+    from the pool, the next weight sync is made over a new group, and the run finishes on the new engine."""
+    import threading
+    import time
+
+    import ray
+
+    run_dir = tmp_path / "run"
+    trainer = Trainer(_config(run_dir, 3), progress=False)
+    killed = []
+
+    def kill_after_the_first_step():
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if (run_dir / "metrics.jsonl").exists() and (run_dir / "metrics.jsonl").read_text().strip():
+                engine = trainer._engines()[0]
+                killed.append(engine._actor_id.hex())
+                ray.kill(engine, no_restart=True)
+                return
+            time.sleep(0.2)
+
+    threading.Thread(target=kill_after_the_first_step, daemon=True).start()
+    try:
+        trainer.run()
+        engine = trainer._engines()[0]
+        engine_version = ray.get(engine.get_version.remote())
+    finally:
+        ray.shutdown()
+    steps = _metrics(run_dir)
+    assert killed and [m["step"] for m in steps] == [1, 2, 3]
+    assert engine._actor_id.hex() != killed[0]
+    assert steps[-1]["charts/engine_restarts"] == 1
+    assert engine_version == 3  # the replacement started at version 0 and was synced since
+    assert all(m["rollout/infra_errors"] == 0 for m in steps)  # the lost call was retried, not dropped
 
 
 def test_the_gpu_check_runs_its_code_path_on_cpu(capsys):

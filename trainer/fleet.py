@@ -90,6 +90,9 @@ class WorkerSpec:
     """Model folder for the in-process engine and the tokenizer."""
     engine_handles: list[Any] = field(default_factory=list)
     """Ray handles of shared engine actors (vLLM); empty: an in-process transformers engine."""
+    engine_pool: Any = None
+    """The :class:`~repogym.trainer.inference.engine_pool.EnginePool` actor that owns ``engine_handles`` and
+    replaces one that dies (None: a dead engine is an infra error)."""
     envs_per_worker: int = 1
     trajectory_dir: str | None = None
     format_options: dict[str, Any] = field(default_factory=dict)
@@ -134,8 +137,12 @@ class RolloutWorker:
         if spec.agent == "hf":
             if spec.engine_handles:
                 from repogym.trainer.inference import RayEngineClient
+                from repogym.trainer.inference.engine_pool import pool_client
 
-                self.engine = RayEngineClient(spec.engine_handles[worker_id % len(spec.engine_handles)])
+                index = worker_id % len(spec.engine_handles)
+                handle = spec.engine_handles[index]
+                self.engine = (pool_client(spec.engine_pool, index, handle) if spec.engine_pool is not None
+                               else RayEngineClient(handle))
             else:
                 from repogym.agents.hf import HFEngine
 

@@ -75,6 +75,8 @@ class LearnerRank:
         from repogym.trainer.inference.weight_sync import WeightSender
 
         if self._sender is None or self._sender.group != group:
+            if self._sender is not None:
+                self._sender.close()  # the engines were replaced: a new group
             self._sender = WeightSender(group, device=str(self.learner.device))
         return self._sender.send(named)
 

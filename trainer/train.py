@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.errors import ConfigError, InfraError
 from repogym.envs.status import Status
 from repogym.trainer.algorithms import make_algorithm
 from repogym.trainer.algorithms.common import Sample
@@ -87,7 +87,7 @@ class Trainer:
         self.learner = self._learner()
         self.step, self.version, self.next_group, self.sft_done = 0, 0, 0, False
         self.fleet: Fleet | None = None
-        self._engine_sync = None
+        self._engine_sync, self._engine_restarts, self._pool = None, 0, None
         self._groups: dict[int, dict[str, Any]] = {}
         self._ready: list[dict[str, Any]] = []
         self._eval: list[EpisodeOutcome] = []
@@ -150,39 +150,69 @@ class Trainer:
         options = dataclasses.asdict(c.agent) if agent == "hf" else dict(agent_options or {})
         return WorkerSpec(tasks=self.tasks, env=c.env, agent=agent, agent_options=options,
                           model_path=self.model_path, engine_handles=self._engines() if agent == "hf" else [],
+                          engine_pool=self._engine_pool() if agent == "hf" else None,
                           envs_per_worker=c.fleet.envs_per_worker,
                           trajectory_dir=str(self.run_dir / "trajectories") if c.fleet.save_trajectories else None,
                           format_options={"system_prompt": c.agent.system_prompt, "tools": c.agent.tools})
 
-    def _engines(self) -> list:
+    def _engine_pool(self):
+        """The pool actor owning the vLLM engines (started on first use; it replaces one that dies), or None."""
         if self.config.inference.engine != "vllm":
-            return []
-        if not hasattr(self, "_vllm"):
-            from repogym.trainer.inference.vllm_engine import VLLMEngineConfig, make_vllm_actor
+            return None
+        if self._pool is None:
+            from repogym.trainer.inference.engine_pool import start_engine_pool
+            from repogym.trainer.inference.vllm_engine import VLLMEngineConfig
 
             i = self.config.inference
             cfg = VLLMEngineConfig(model=self.model_path, tensor_parallel_size=i.tensor_parallel_size,
                                    dtype=i.dtype, gpu_memory_utilization=i.gpu_memory_utilization,
                                    seed=self.config.seed)
-            self._vllm = [make_vllm_actor(cfg) for _ in range(i.num_engines)]
-        return self._vllm
+            self._pool = start_engine_pool(cfg, i.num_engines)
+        return self._pool
+
+    def _engines(self) -> list:
+        """The live vLLM engine handles (none with the ``hf`` engine)."""
+        pool = self._engine_pool()
+        if pool is None:
+            return []
+        import ray
+
+        return ray.get(pool.handles.remote())
 
     def _push_weights(self) -> dict[str, float]:
         """The learner's weights to whoever generates; returns the ``weight_sync/`` metrics.
 
         ``hf``: every rollout worker generates in-process, so each gets the weights. ``vllm``: the learner (its
         rank 0) streams them in bf16 buckets over a kept torch.distributed group to the engines; the rollout
-        workers, which only call the engines, receive nothing."""
+        workers, which only call the engines, receive nothing. When an engine was replaced (or dies during the
+        sync) the group is made anew over the live engines, which brings a new engine to the current weights."""
         start = time.monotonic()
         if self.config.inference.engine == "hf":
             self.fleet.push_weights(self.learner.policy_state(), self.version)
             return {"weight_sync/seconds": time.monotonic() - start}
-        if self._engine_sync is None:
-            from repogym.trainer.inference import EngineSync
+        import ray
 
-            self._engine_sync = EngineSync(self._engines(), host=self.learner.sync_host,
-                                           device=str(self.learner.device))
-        return self.learner.send_weights(self._engine_sync, self.version)
+        from repogym.trainer.inference import EngineSync
+
+        pool = self._engine_pool()
+        restarts = ray.get(pool.restarts.remote())
+        for attempt in (0, 1):
+            if self._engine_sync is None or restarts != self._engine_restarts:
+                if self._engine_sync is not None:
+                    self._engine_sync.close()
+                self._engine_sync = EngineSync(self._engines(), host=self.learner.sync_host,
+                                               device=str(self.learner.device))
+                self._engine_restarts = restarts
+            try:
+                return {**self.learner.send_weights(self._engine_sync, self.version),
+                        "charts/engine_restarts": restarts}
+            except Exception as exc:  # noqa: BLE001 - a dead engine fails the sync in many ways (Ray, gloo, NCCL)
+                if attempt == 1:
+                    raise InfraError("weight sync", f"the engines did not take version {self.version}: {exc}") from exc
+                restarts = ray.get(pool.check.remote())
+                self._engine_sync.close()
+                self._engine_sync = None
+        return {}  # not reached: the second attempt returns or raises
 
     def _start_ray(self) -> None:
         if self.config.fleet.backend != "ray":

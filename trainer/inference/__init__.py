@@ -132,6 +132,12 @@ class EngineSync:
         metrics["weight_sync/tensors"] = float(min(counts)) if counts else 0.0
         return metrics
 
+    def close(self) -> None:
+        """Drop this process's connection to the group (a new ``EngineSync`` makes a new group)."""
+        if self._sender is not None:
+            self._sender.close()
+            self._sender = None
+
     def sync(self, named_weights: Iterable[tuple[str, Any]], version: int, dtype=None) -> dict[str, float]:
         """Send ``named_weights`` (full tensors, consumed lazily) from this process to every engine."""
         import torch
