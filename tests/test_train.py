@@ -64,6 +64,21 @@ def test_config_errors_name_the_bad_key_and_the_valid_ones(tmp_path):
     assert (config.train.steps, config.learner.lr, config.fleet.workers) == (3, 1e-4, 1)
 
 
+def test_the_learner_holds_ray_resources_whenever_an_engine_could_land_on_its_gpu():
+    from repogym.trainer.train import learner_on_ray
+
+    vllm = ["inference.engine=vllm", "fleet.backend=ray"]
+    assert not learner_on_ray(load_config(None), cuda=True)  # hf engines live in the rollout workers
+    assert not learner_on_ray(load_config(None, vllm), cuda=False)
+    assert learner_on_ray(load_config(None, vllm), cuda=True)
+    assert not learner_on_ray(load_config(None, vllm + ["learner.device=cpu"]), cuda=True)
+    assert learner_on_ray(load_config(None, ["fleet.backend=ray", "learner.world_size=2"]), cuda=False)
+    with pytest.raises(ConfigError, match="world_size > 1 runs"):
+        load_config(None, ["learner.world_size=2"])
+    with pytest.raises(ConfigError, match="gpus_per_rank"):
+        load_config(None, vllm + ["learner.gpus_per_rank=0"])
+
+
 def test_the_env_section_is_the_envs_own_config_with_its_defaults(tmp_path):
     from repogym.envs.repo_env import EnvConfig
     from repogym.envs.rewards.components import RewardConfig

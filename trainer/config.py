@@ -70,6 +70,10 @@ class InferenceConfig:
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.85
     dtype: str = "bfloat16"
+    gpus_per_engine: float = 1.0
+    """Ray GPU share each engine actor holds (tensor_parallel_size 1). Below 1 lets it share a device on purpose
+    (one GPU: 0.5 here and ``learner.gpus_per_rank: 0.5``, with ``gpu_memory_utilization`` leaving the learner
+    room); Ray then never places anything else there by accident."""
 
 
 @dataclass
@@ -157,6 +161,8 @@ class TrainConfig:
             raise ConfigError("inference.engine vllm runs engines as Ray actors: set fleet.backend: ray")
         if self.learner.world_size < 1:
             raise ConfigError(f"learner.world_size must be >= 1, got {self.learner.world_size}")
+        if not (0 < self.learner.gpus_per_rank <= 1) or not (0 < self.inference.gpus_per_engine <= 1):
+            raise ConfigError("learner.gpus_per_rank and inference.gpus_per_engine must be in (0, 1]")
         if self.learner.world_size > 1 and self.fleet.backend != "ray":
             raise ConfigError("learner.world_size > 1 runs the learner's ranks as Ray actors: set fleet.backend: ray")
         if self.fleet.workers < 1 or self.fleet.envs_per_worker < 1:

@@ -66,7 +66,10 @@ class LearnerConfig:
     logprob_chunk: int = 4096
     """Positions per chunk of the output head when computing log-probs (memory: chunk x vocabulary floats)."""
     world_size: int = 1
-    """Learner ranks. More than 1: FSDP2 over that many Ray actors (one GPU each on GPU machines, gloo on CPU)."""
+    """Learner ranks. More than 1: FSDP2 over that many Ray actors (one GPU each on GPU machines, gloo on CPU).
+    With vLLM engines on a GPU machine the learner is Ray actors even at 1, so its GPU is a Ray resource."""
+    gpus_per_rank: float = 1.0
+    """Ray GPU share each learner rank holds; below 1 only to share a device with an engine on purpose."""
     lora: LoraConfig | None = None
     seed: int = 0
 

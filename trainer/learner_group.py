@@ -100,11 +100,12 @@ class LearnerGroup:
         self.config, self._ray = config, ray
         self.world = config.world_size
         gpu = torch.cuda.is_available() and config.device != "cpu"
-        bundle = {"CPU": num_cpus_per_rank, **({"GPU": 1} if gpu else {})}
+        gpus = config.gpus_per_rank if gpu else 0
+        bundle = {"CPU": num_cpus_per_rank, **({"GPU": gpus} if gpus else {})}
         self.placement = placement_group([bundle] * self.world, strategy="PACK")
         ray.get(self.placement.ready())
         actor = ray.remote(LearnerRank)
-        self.ranks = [actor.options(num_cpus=num_cpus_per_rank, num_gpus=1 if gpu else 0,
+        self.ranks = [actor.options(num_cpus=num_cpus_per_rank, num_gpus=gpus,
                                     scheduling_strategy=PlacementGroupSchedulingStrategy(
                                         placement_group=self.placement, placement_group_bundle_index=r)
                                     ).remote(r, self.world) for r in range(self.world)]

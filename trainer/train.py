@@ -52,6 +52,13 @@ def mask_reason(status: Status, length: int, max_len: int | None, mask_truncated
     return ""
 
 
+def learner_on_ray(config: TrainConfig, cuda: bool) -> bool:
+    """Whether the learner runs as Ray actors: several ranks, or a GPU learner beside vLLM engines (so that its GPU
+    is a Ray resource and no engine lands on it by accident)."""
+    gpu_beside_engines = config.inference.engine == "vllm" and cuda and config.learner.device != "cpu"
+    return config.learner.world_size > 1 or gpu_beside_engines
+
+
 def trainable(algorithm, samples_by_group: list[list[Sample]]) -> list[Sample]:
     """The algorithm's prepared samples, the masked ones left out after they counted in their group's advantages."""
     return [s for s in algorithm.prepare(samples_by_group) if not s.meta.get("masked")] if samples_by_group else []
@@ -136,7 +143,9 @@ class Trainer:
         self.max_len = getattr(model.config, "max_position_embeddings", None)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         reference = bool(self.algorithm.needs_reference)
-        if self.config.learner.world_size > 1:
+        import torch
+
+        if learner_on_ray(self.config, torch.cuda.is_available()):
             from repogym.trainer.learner_group import LearnerGroup
 
             del model  # each rank loads its own copy and shards it
@@ -167,7 +176,7 @@ class Trainer:
             cfg = VLLMEngineConfig(model=self.model_path, tensor_parallel_size=i.tensor_parallel_size,
                                    dtype=i.dtype, gpu_memory_utilization=i.gpu_memory_utilization,
                                    seed=self.config.seed)
-            self._pool = start_engine_pool(cfg, i.num_engines)
+            self._pool = start_engine_pool(cfg, i.num_engines, num_gpus=i.gpus_per_engine)
         return self._pool
 
     def _engines(self) -> list:

@@ -19,11 +19,14 @@ from repogym.trainer.inference.vllm_engine import VLLMEngineConfig, make_vllm_ac
 class EnginePool:
     """``count`` engine actors of one config; meant to run as a (threaded) Ray actor."""
 
-    def __init__(self, config: VLLMEngineConfig, count: int, num_cpus: float | None = None):
-        self.config, self.num_cpus = config, num_cpus
-        self._handles = [make_vllm_actor(config, num_cpus) for _ in range(count)]
+    def __init__(self, config: VLLMEngineConfig, count: int, num_cpus: float | None = None, num_gpus: float = 1.0):
+        self.config, self.num_cpus, self.num_gpus = config, num_cpus, num_gpus
+        self._handles = [self._start() for _ in range(count)]
         self._restarts = 0
         self._lock = threading.Lock()
+
+    def _start(self):
+        return make_vllm_actor(self.config, self.num_cpus, self.num_gpus)
 
     def handles(self) -> list[Any]:
         """The live engine handles, in a fixed order (a replacement takes its predecessor's place)."""
@@ -43,7 +46,7 @@ class EnginePool:
                     ray.kill(self._handles[index], no_restart=True)
                 except Exception:  # noqa: BLE001 - already gone is the expected case
                     pass
-                self._handles[index] = make_vllm_actor(self.config, self.num_cpus)
+                self._handles[index] = self._start()
                 self._restarts += 1
             return self._handles[index]
 
@@ -59,11 +62,12 @@ class EnginePool:
         return self._restarts
 
 
-def start_engine_pool(config: VLLMEngineConfig, count: int, num_cpus: float | None = None):
-    """An :class:`EnginePool` as a Ray actor (it holds no resources itself; its engines hold theirs)."""
+def start_engine_pool(config: VLLMEngineConfig, count: int, num_cpus: float | None = None, num_gpus: float = 1.0):
+    """An :class:`EnginePool` as a Ray actor (it holds no resources itself; its engines hold theirs: ``num_gpus``
+    each where the cluster has GPUs)."""
     import ray
 
-    return ray.remote(EnginePool).options(num_cpus=0, max_concurrency=16).remote(config, count, num_cpus)
+    return ray.remote(EnginePool).options(num_cpus=0, max_concurrency=16).remote(config, count, num_cpus, num_gpus)
 
 
 def pool_client(pool, index: int, handle, timeout_s: float | None = 600):

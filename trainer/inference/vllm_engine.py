@@ -285,15 +285,15 @@ def vllm_placement_group(tensor_parallel_size: int):
     return group
 
 
-def make_vllm_actor(config: VLLMEngineConfig, num_cpus: float | None = None):
-    """Start a :class:`VLLMEngine` as a threaded Ray actor: one GPU, a placement group for tensor parallelism,
-    or no GPU at all where the Ray cluster has none (vLLM's CPU build). ``num_cpus``: CPUs the actor holds
-    (None: Ray's default for actors)."""
+def make_vllm_actor(config: VLLMEngineConfig, num_cpus: float | None = None, num_gpus: float = 1.0):
+    """Start a :class:`VLLMEngine` as a threaded Ray actor: ``num_gpus`` of one GPU (below 1: sharing it on
+    purpose), a placement group for tensor parallelism, or no GPU at all where the Ray cluster has none (vLLM's
+    CPU build). ``num_cpus``: CPUs the actor holds (None: Ray's default for actors)."""
     import ray
 
     actor = ray.remote(VLLMEngine)
     if config.tensor_parallel_size == 1:
-        gpus = 1 if ray.cluster_resources().get("GPU", 0) > 0 else 0
+        gpus = num_gpus if ray.cluster_resources().get("GPU", 0) > 0 else 0
         cpus = {} if num_cpus is None else {"num_cpus": num_cpus}
         return actor.options(num_gpus=gpus, max_concurrency=config.max_concurrency, **cpus).remote(config)
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
