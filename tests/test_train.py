@@ -74,7 +74,7 @@ def test_the_learner_holds_ray_resources_whenever_an_engine_could_land_on_its_gp
     assert not learner_on_ray(load_config(None, vllm + ["learner.device=cpu"]), cuda=True)
     assert learner_on_ray(load_config(None, ["fleet.backend=ray", "learner.world_size=2"]), cuda=False)
     with pytest.raises(ConfigError, match="world_size > 1 runs"):
-        load_config(None, ["learner.world_size=2"])
+        load_config(None, ["learner.world_size=2", "fleet.backend=local"])
     with pytest.raises(ConfigError, match="gpus_per_rank"):
         load_config(None, vllm + ["learner.gpus_per_rank=0"])
 
