@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> dict:
                                            max_tokens_per_micro_batch=8192, logprob_chunk=1024), pad_id=0)
     say(f"learner: FSDP2 (1 rank, fp32 master, bf16 compute) up in {time.monotonic() - t0:.1f} s")
 
-    group = SyncGroup("127.0.0.1", free_port(), 1 + engine.num_ranks(),
-                      backend="nccl" if device == "cuda" else "gloo")
+    # The engine shares the learner's GPU here, and NCCL cannot join two ranks on one device: gloo, staged on CPU.
+    group = SyncGroup("127.0.0.1", free_port(), 1 + engine.num_ranks(), backend="gloo")
     sender = None
 
     def sync(version: int) -> dict[str, float]:
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> dict:
         receiver = threading.Thread(target=engine.receive_weights, args=(group, 1, version))
         receiver.start()
         if sender is None:
-            sender = WeightSender(group, device=device)
+            sender = WeightSender(group, device="cpu")
         metrics = sender.send(learner.named_weights())
         receiver.join()
         return metrics

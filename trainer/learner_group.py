@@ -77,7 +77,7 @@ class LearnerRank:
         if self._sender is None or self._sender.group != group:
             if self._sender is not None:
                 self._sender.close()  # the engines were replaced: a new group
-            self._sender = WeightSender(group, device=str(self.learner.device))
+            self._sender = WeightSender(group, device=str(self.learner.device) if group.backend == "nccl" else "cpu")
         return self._sender.send(named)
 
     def shutdown(self) -> None:

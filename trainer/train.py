@@ -209,8 +209,10 @@ class Trainer:
             if self._engine_sync is None or restarts != self._engine_restarts:
                 if self._engine_sync is not None:
                     self._engine_sync.close()
-                self._engine_sync = EngineSync(self._engines(), host=self.learner.sync_host,
-                                               device=str(self.learner.device))
+                # NCCL cannot join two ranks on one device: a learner sharing its GPU with an engine syncs over gloo.
+                shared = self.config.learner.gpus_per_rank < 1 or self.config.inference.gpus_per_engine < 1
+                device = "cpu" if shared else str(self.learner.device)
+                self._engine_sync = EngineSync(self._engines(), host=self.learner.sync_host, device=device)
                 self._engine_restarts = restarts
             try:
                 return {**self.learner.send_weights(self._engine_sync, self.version),
