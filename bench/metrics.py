@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from repogym.bench.db import EpisodeRow
+from repogym.envs.rewards.rates import pass_at_k, wilson
 from repogym.envs.errors import ConfigError
 
 
@@ -59,36 +60,6 @@ class Summary:
     infra_errors: int = 0
     infra_error_rate: float = 0.0
     """Infra errors / all episodes."""
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """The probability that at least one of k samples drawn from n (c of them correct) is correct.
-
-    1 - C(n-c, k) / C(n, k), computed as 1 - prod_{i=n-c+1}^{n} (1 - k/i) so large n cannot overflow.
-    """
-    if not 0 <= c <= n:
-        raise ConfigError(f"expected 0 <= c <= n, got n={n}, c={c}")
-    if not 1 <= k <= n:
-        raise ConfigError(f"expected 1 <= k <= n, got n={n}, k={k}")
-    if n - c < k:
-        return 1.0
-    product = 1.0
-    for i in range(n - c + 1, n + 1):
-        product *= 1.0 - k / i
-    return 1.0 - product
-
-
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval (default 95%) of a success rate; (0.0, 1.0) when n is 0 (nothing known)."""
-    if not 0 <= successes <= n:
-        raise ConfigError(f"expected 0 <= successes <= n, got successes={successes}, n={n}")
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    denominator = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denominator
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def summarize(rows: Iterable[EpisodeRow]) -> list[Summary]:

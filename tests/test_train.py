@@ -258,3 +258,68 @@ def test_a_learner_sharded_over_two_ray_ranks_trains_checkpoints_and_resumes(sft
     start = AutoModelForCausalLM.from_pretrained(sft_model).state_dict()
     assert set(state["model"]) == set(start)
     assert any(not torch.equal(state["model"][k].float(), start[k].float()) for k in start)
+
+
+# -- held-out evaluation and controls (issue 21) ----------------------------------------------------------
+HELDOUT = "repogym__tablekit-zero-header-label"
+
+
+def test_the_shuffled_reward_control_permutes_the_rewards():
+    from repogym.trainer.train import shuffled_rewards
+
+    rewards = [i / 10 for i in range(10)]
+    moved = shuffled_rewards(rewards, seed=3)
+    assert sorted(moved) == rewards and moved != rewards
+    assert shuffled_rewards(rewards, seed=3) == moved  # seeded: a rerun shuffles alike
+    with pytest.raises(ConfigError, match="train.control"):
+        load_config(None, ["train.control=shuffle"])
+    with pytest.raises(ConfigError, match="sft_continue"):
+        load_config(None, ["train.control=sft_continue", "sft.steps=0"])
+    from repogym.trainer.config import HeldoutConfig
+    from repogym.trainer.train import heldout_tasks
+
+    with pytest.raises(ConfigError, match="heldout.task_ids"):
+        heldout_tasks(HeldoutConfig(suites={"builtin": 1.0}, task_ids=["nope"]))
+    assert [t.instance_id for t in heldout_tasks(HeldoutConfig({"builtin": 1.0}, [HELDOUT]))] == [HELDOUT]
+    assert heldout_tasks(HeldoutConfig()) == []
+
+
+@pytest.mark.slow
+def test_held_out_tasks_are_evaluated_and_never_reach_the_learner(sft_model, tmp_path, monkeypatch):
+    """The held-out task is listed in the training curriculum too: the split takes it out. Every batch the learner
+    gets is free of it, and each evaluation reports both splits with intervals and pass@k."""
+    config = _config(tmp_path / "run", model={"path": str(sft_model)},
+                     curriculum={"task_ids": TASKS},  # HELDOUT is one of them
+                     heldout={"suites": {"builtin": 1.0}, "task_ids": [HELDOUT]},
+                     train={"steps": 2, "eval_every": 1, "eval_samples": 2, "control": "shuffled_rewards"})
+    trainer = Trainer(config, progress=False)
+    assert HELDOUT not in {t.instance_id for t in trainer.tasks}
+    seen: list[str] = []
+    original = trainer.learner.train_step
+
+    def spy(samples, algorithm):
+        seen.extend(s.task_id for s in samples)
+        return original(samples, algorithm)
+
+    monkeypatch.setattr(trainer.learner, "train_step", spy)
+    trainer.run()
+    assert seen and HELDOUT not in seen
+    steps = _metrics(tmp_path / "run")
+    for m in steps:  # steps 0 (before RL), 1 and 2
+        for split, tasks in (("eval", 1), ("eval_heldout", 1)):
+            assert m[f"{split}/episodes"] == 2 * tasks
+            assert m[f"{split}/success_low"] <= m[f"{split}/success_rate"] <= m[f"{split}/success_high"]
+            assert 0 <= m[f"{split}/pass@1"] <= m[f"{split}/pass@2"] <= 1
+    assert all("control/rewards_moved" in m for m in steps if m["step"] > 0)
+
+
+@pytest.mark.slow
+def test_the_sft_continue_control_makes_each_step_an_sft_update(tmp_path):
+    config = _config(tmp_path / "run", sft={"steps": 4, "batch_size": 2, "lr": 0.003, "agent": "oracle",
+                                            "agent_options": {"style": "edit"}},
+                     train={"steps": 2, "control": "sft_continue", "eval_every": 0})
+    Trainer(config, progress=False).run()
+    steps = _metrics(tmp_path / "run")
+    assert [m["step"] for m in steps] == [1, 2]
+    assert all("sft/loss" in m and "rollout/episodes" not in m and m["charts/policy_version"] == m["step"]
+               for m in steps)

@@ -124,9 +124,27 @@ class LoopConfig:
     """Episodes per task in an evaluation."""
     eval_temperature: float | None = None
     """Sampling temperature of evaluations (None: the agent's)."""
+    control: str = "none"
+    """A control run: ``none`` (RL), ``sft_continue`` (each step is one more SFT update on the warm-start data
+    instead of RL: does RL beat more imitation?), ``shuffled_rewards`` (RL with the episodes' rewards permuted
+    within each step: it must not improve; anything it learns leaked through something but the reward). The
+    base model without RL is ``train.steps=0`` (evaluated at step 0)."""
     mask_truncated: bool = True
     """Compact filtering (DeepSWE): an episode that ran out of context (``context_overflow``) keeps its reward in
     its group's statistics but is left out of the loss, as is any sequence longer than the model's context."""
+
+
+@dataclass
+class HeldoutConfig:
+    """Tasks the policy never trains on, evaluated beside the training tasks (``eval_heldout/*``)."""
+
+    suites: dict[str, float] = field(default_factory=dict)
+    """Suite names whose tasks are held out (the weights are ignored); empty: no held-out split."""
+    task_ids: list[str] | None = None
+    """Only these tasks of ``suites`` (None: all of them)."""
+
+
+CONTROLS = ("none", "sft_continue", "shuffled_rewards")
 
 
 @dataclass
@@ -147,6 +165,7 @@ class TrainConfig:
     fleet: FleetConfig = field(default_factory=FleetConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     train: LoopConfig = field(default_factory=LoopConfig)
+    heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
 
     def check(self) -> "TrainConfig":
         """Raise ConfigError on values that cannot work together."""
@@ -159,6 +178,10 @@ class TrainConfig:
             raise ConfigError(f"inference.engine must be 'hf' or 'vllm', got {self.inference.engine!r}")
         if self.inference.engine == "vllm" and self.fleet.backend != "ray":
             raise ConfigError("inference.engine vllm runs engines as Ray actors: set fleet.backend: ray")
+        if self.train.control not in CONTROLS:
+            raise ConfigError(f"train.control must be one of {', '.join(CONTROLS)}, got {self.train.control!r}")
+        if self.train.control == "sft_continue" and self.sft.steps <= 0:
+            raise ConfigError("train.control sft_continue continues the SFT warm start: set sft.steps > 0")
         if self.learner.world_size < 1:
             raise ConfigError(f"learner.world_size must be >= 1, got {self.learner.world_size}")
         if not (0 < self.learner.gpus_per_rank <= 1) or not (0 < self.inference.gpus_per_engine <= 1):

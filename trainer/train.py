@@ -25,11 +25,13 @@ from typing import Any
 import yaml
 
 from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.rewards.rates import rate_metrics
 from repogym.envs.status import Status
+from repogym.envs.tasks.suites import load_suite
 from repogym.trainer.algorithms import make_algorithm
 from repogym.trainer.algorithms.common import Sample
 from repogym.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from repogym.trainer.config import TrainConfig, to_dict
+from repogym.trainer.config import HeldoutConfig, TrainConfig, to_dict
 from repogym.trainer.curriculum import Curriculum
 from repogym.trainer.fleet import EpisodeOutcome, EpisodeRequest, Fleet, WorkerSpec, make_fleet
 from repogym.trainer.metrics import MetricsLogger
@@ -59,6 +61,24 @@ def learner_on_ray(config: TrainConfig, cuda: bool) -> bool:
     return config.learner.world_size > 1 or gpu_beside_engines
 
 
+def heldout_tasks(config: HeldoutConfig) -> list:
+    """The held-out split's tasks (sorted by id); a listed id no suite has is a ConfigError."""
+    tasks = {t.instance_id: t for name in config.suites for t in load_suite(name)}
+    if config.task_ids is not None:
+        missing = sorted(set(config.task_ids) - set(tasks))
+        if missing:
+            raise ConfigError(f"heldout.task_ids: not in heldout.suites {sorted(config.suites)}: {missing}")
+        tasks = {k: tasks[k] for k in config.task_ids}
+    return [tasks[k] for k in sorted(tasks)]
+
+
+def shuffled_rewards(rewards: list[float], seed: int) -> list[float]:
+    """The shuffled-reward control: ``rewards`` permuted (seeded), so an episode's reward is another's."""
+    out = list(rewards)
+    random.Random(seed).shuffle(out)
+    return out
+
+
 def trainable(algorithm, samples_by_group: list[list[Sample]]) -> list[Sample]:
     """The algorithm's prepared samples, the masked ones left out after they counted in their group's advantages."""
     return [s for s in algorithm.prepare(samples_by_group) if not s.meta.get("masked")] if samples_by_group else []
@@ -78,10 +98,19 @@ class Trainer:
 
         np.random.seed(config.seed)
         torch.manual_seed(config.seed)
-        self.curriculum = Curriculum(config.curriculum)
+        # The held-out split first: its tasks are taken out of the training suites, whatever they list.
+        self.heldout_tasks = heldout_tasks(config.heldout)
+        self.heldout_ids = {t.instance_id for t in self.heldout_tasks}
+        cc = config.curriculum
+        if cc.task_ids is not None:
+            cc = dataclasses.replace(cc, task_ids=[t for t in cc.task_ids if t not in self.heldout_ids])
+        self.curriculum = Curriculum(cc, {
+            name: [t for t in load_suite(name) if t.instance_id not in self.heldout_ids]
+            for name in config.curriculum.suites})
         self.tasks = self.curriculum.all_tasks()
         if not self.tasks:
-            raise ConfigError("the curriculum has no tasks (check curriculum.suites / task_ids / max_difficulty)")
+            raise ConfigError("the curriculum has no tasks (check curriculum.suites / task_ids / max_difficulty, "
+                              "and that heldout does not take them all)")
         self.model_path = self._model_path()
         self.algorithm = make_algorithm(config.algorithm.name, config.algorithm.options, self._hidden_size())
         if self.algorithm.name == "sft":
@@ -95,6 +124,7 @@ class Trainer:
         self.step, self.version, self.next_group, self.sft_done = 0, 0, 0, False
         self.fleet: Fleet | None = None
         self._engine_sync, self._engine_restarts, self._pool = None, 0, None
+        self._sft_data: list[Sample] | None = None
         self._groups: dict[int, dict[str, Any]] = {}
         self._ready: list[dict[str, Any]] = []
         self._eval: list[EpisodeOutcome] = []
@@ -157,7 +187,7 @@ class Trainer:
     def _spec(self, agent: str = "hf", agent_options: dict | None = None) -> WorkerSpec:
         c = self.config
         options = dataclasses.asdict(c.agent) if agent == "hf" else dict(agent_options or {})
-        return WorkerSpec(tasks=self.tasks, env=c.env, agent=agent, agent_options=options,
+        return WorkerSpec(tasks=self.tasks + self.heldout_tasks, env=c.env, agent=agent, agent_options=options,
                           model_path=self.model_path, engine_handles=self._engines() if agent == "hf" else [],
                           engine_pool=self._engine_pool() if agent == "hf" else None,
                           envs_per_worker=c.fleet.envs_per_worker,
@@ -300,9 +330,8 @@ class Trainer:
             self.learner.close()
             self.logger.close()
 
-    def warm_start(self) -> None:
-        """SFT on successful trajectories (collected from ``sft.agent`` on the training tasks, or a glob)."""
-        from repogym.trainer.algorithms.sft import SFT, SFTConfig
+    def sft_samples(self) -> list[Sample]:
+        """The SFT data: successful trajectories of ``sft.agent`` on the training tasks (or a glob), tokenised."""
         from repogym.trainer.sft_data import load_sft_sequences
 
         s = self.config.sft
@@ -325,24 +354,38 @@ class Trainer:
                               if o.resolved and o.tokens is not None for q in o.tokens.contexts()]
         if not sequences:
             raise ConfigError(f"SFT warm start found no successful trajectories (agent {s.agent!r})")
-        samples = [Sample(q.ids, q.mask, q.logprobs) for q in sequences]
-        sft = SFT(SFTConfig(steps=s.steps, batch_size=s.batch_size))
-        rng = random.Random(self.config.seed)
+        return [Sample(q.ids, q.mask, q.logprobs) for q in sequences]
+
+    def sft_update(self) -> dict[str, float]:
+        """One SFT update (``sft.batch_size`` sequences at ``sft.lr``) on the SFT data; epochs over a reshuffled
+        order, so every sequence is seen equally often. The warm start, and each step of the ``sft_continue``
+        control, are made of these."""
+        from repogym.trainer.algorithms.sft import SFT, SFTConfig
+
+        s = self.config.sft
+        if self._sft_data is None:
+            self._sft_data = self.sft_samples()
+            self._sft_order, self._sft_rng = [], random.Random(self.config.seed)
+        data = self._sft_data
+        while len(self._sft_order) < s.batch_size:
+            self._sft_order += self._sft_rng.sample(range(len(data)), len(data))
+        batch, self._sft_order = [data[i] for i in self._sft_order[:s.batch_size]], self._sft_order[s.batch_size:]
         rl_lr = self.learner.set_lr(s.lr)
+        try:
+            metrics = self.learner.train_step(batch, SFT(SFTConfig(steps=s.steps, batch_size=s.batch_size)))
+        finally:
+            self.learner.set_lr(rl_lr)
+        return {"sft/loss": metrics["losses/sft_loss"], "sft/token_accuracy": metrics["losses/token_accuracy"],
+                "sft/sequences": len(data)}
+
+    def warm_start(self) -> None:
+        """``sft.steps`` SFT updates on successful trajectories (see :meth:`sft_samples`), before RL."""
         log = MetricsLogger(self.run_dir / "sft", tensorboard=False)
         try:
-            order: list[int] = []
-            for k in range(1, s.steps + 1):
-                # Epochs over a reshuffled order: every sequence is seen equally often.
-                while len(order) < s.batch_size:
-                    order += rng.sample(range(len(samples)), len(samples))
-                batch, order = [samples[i] for i in order[:s.batch_size]], order[s.batch_size:]
-                metrics = self.learner.train_step(batch, sft)
-                log.log(k, {"sft/loss": metrics["losses/sft_loss"],
-                            "sft/token_accuracy": metrics["losses/token_accuracy"], "sft/sequences": len(samples)})
+            for k in range(1, self.config.sft.steps + 1):
+                log.log(k, self.sft_update())
         finally:
             log.close()
-            self.learner.set_lr(rl_lr)
         # Adam's second moments from SFT's small late gradients would blow up the first RL updates; the KL
         # reference is the warm-started policy, not the random init.
         self.learner.finish_warm_start()
@@ -360,7 +403,7 @@ class Trainer:
                                for i in range(self.group_size)])
 
     def _receive(self, outcome: EpisodeOutcome) -> None:
-        if outcome.request.tag == "eval":
+        if outcome.request.tag in ("eval", "eval_heldout"):
             self._eval.append(outcome)
             return
         st = self._stats
@@ -421,22 +464,34 @@ class Trainer:
         return take
 
     def rl_step(self) -> dict[str, Any]:
-        """Collect, filter, update, push weights; log and checkpoint."""
+        """Collect, filter, update, push weights; log and checkpoint. (The ``sft_continue`` control makes the update
+        one more SFT update instead, with no rollouts.)"""
         c = self.config
         start = time.monotonic()
+        if c.train.control == "sft_continue":
+            metrics: dict[str, Any] = self.sft_update()
+            self.version += 1
+            metrics.update(self._push_weights())
+            return self._finish_step(metrics, start, 0.0, start)
         groups = self.collect()
         rollout_s = time.monotonic() - start
-        metrics: dict[str, Any] = self._rollout_metrics(self._stats["episodes"], rollout_s)
+        metrics = self._rollout_metrics(self._stats["episodes"], rollout_s)
         metrics["rollout/groups"] = len(groups)
         metrics["rollout/refills"] = self._stats["refills"]
         metrics["rollout/zero_variance_groups"] = self._stats["zero_variance"]
         metrics["rollout/dropped_stale_groups"] = self._stats["dropped_stale"]
+        reward_of = {id(o): o.reward for g in groups for o in g["valid"]}
+        if c.train.control == "shuffled_rewards":
+            moved = shuffled_rewards(list(reward_of.values()), _seed_of(c.seed, 104729, self.step))
+            metrics["control/rewards_moved"] = sum(a != b for a, b in zip(reward_of.values(), moved)) / max(1, len(moved))
+            reward_of = dict(zip(reward_of, moved))
         samples_by_group = []
         for g in groups:
             # One sample per context of each episode (several when a context policy rebuilt the prompt),
             # all with the episode's reward and, from the algorithm, its advantage.
             # "part" of "parts": PPO rewards only an episode's last part; the others bootstrap from the next one.
-            samples = [Sample(q.ids, q.mask, q.logprobs, reward=o.reward, task_id=o.request.task_id, group=g["gid"],
+            samples = [Sample(q.ids, q.mask, q.logprobs, reward=reward_of[id(o)], task_id=o.request.task_id,
+                              group=g["gid"],
                               version=o.version, meta={"episode": k, "part": j, "parts": len(parts),
                                                        "masked": mask_reason(o.status, len(q.ids), self.max_len,
                                                                              c.train.mask_truncated)})
@@ -457,12 +512,21 @@ class Trainer:
         learn_start = time.monotonic()
         # Masked sequences count in their group's advantages, and are then left out of the loss.
         batch = trainable(self.algorithm, samples_by_group)
+        leaked = sorted({s.task_id for s in batch} & self.heldout_ids)
+        if leaked:  # the split is the claim of every eval_heldout number: never let it be trained on
+            raise RuntimeError(f"held-out task(s) reached the learner: {leaked}")
         if batch:
             metrics.update(self.learner.train_step(batch, self.algorithm))
             self.version += 1
             metrics.update(self._push_weights())
         else:
             metrics["losses/skipped"] = 1
+        return self._finish_step(metrics, start, rollout_s, learn_start)
+
+    def _finish_step(self, metrics: dict[str, Any], start: float, rollout_s: float, learn_start: float
+                     ) -> dict[str, Any]:
+        """Count the step; its timing and state metrics, evaluation, log line and checkpoint."""
+        c = self.config
         self.step += 1
         metrics["charts/learner_s"] = time.monotonic() - learn_start
         metrics["charts/rollout_s"] = rollout_s
@@ -496,22 +560,34 @@ class Trainer:
         return out
 
     def evaluate(self) -> dict[str, float]:
-        """Success rate on every training task, ``eval_samples`` episodes each, with the current weights."""
+        """Success on every training task (``eval/``) and every held-out task (``eval_heldout/``),
+        ``eval_samples`` episodes each, with the current weights: rate with a 95% Wilson interval, pass@1 and
+        pass@k."""
         c = self.config
-        temperature = c.train.eval_temperature
+        temperature, k = c.train.eval_temperature, c.train.eval_samples
+        splits = {"eval": self.tasks, "eval_heldout": self.heldout_tasks}
         self._eval = []
-        self.fleet.submit([EpisodeRequest(t.instance_id, _seed_of(c.seed, 7919, self.step, k, i), -1, "eval",
+        self.fleet.submit([EpisodeRequest(t.instance_id, _seed_of(c.seed, 7919, self.step, j, i, n), -1, tag,
                                           temperature)
-                           for i, t in enumerate(self.tasks) for k in range(c.train.eval_samples)])
-        want = len(self.tasks) * c.train.eval_samples
+                           for n, (tag, tasks) in enumerate(splits.items())
+                           for i, t in enumerate(tasks) for j in range(k)])
+        want = sum(len(tasks) for tasks in splits.values()) * k
         while len(self._eval) < want and self.fleet.in_flight:
             for outcome in self.fleet.wait(timeout=60):
                 self._receive(outcome)
-        valid = [o for o in self._eval if not o.excluded]
-        out = {"eval/episodes": len(self._eval), "eval/infra_errors": len(self._eval) - len(valid)}
-        if valid:
-            out["eval/success_rate"] = sum(o.resolved for o in valid) / len(valid)
-            out["eval/reward_mean"] = statistics.fmean(o.reward for o in valid)
+        out: dict[str, float] = {}
+        for tag, tasks in splits.items():
+            if not tasks:
+                continue
+            episodes = [o for o in self._eval if o.request.tag == tag]
+            valid = [o for o in episodes if not o.excluded]
+            out[f"{tag}/episodes"], out[f"{tag}/infra_errors"] = len(episodes), len(episodes) - len(valid)
+            by_task: dict[str, list[bool]] = {}
+            for o in valid:
+                by_task.setdefault(o.request.task_id, []).append(bool(o.resolved))
+            out.update(rate_metrics(tag, by_task))
+            if valid:
+                out[f"{tag}/reward_mean"] = statistics.fmean(o.reward for o in valid)
         return out
 
 
