@@ -323,3 +323,32 @@ def test_the_sft_continue_control_makes_each_step_an_sft_update(tmp_path):
     assert [m["step"] for m in steps] == [1, 2]
     assert all("sft/loss" in m and "rollout/episodes" not in m and m["charts/policy_version"] == m["step"]
                for m in steps)
+
+
+def test_seed_runs_differ_in_seed_and_folder_and_their_curves_get_a_spread(tmp_path):
+    from repogym.trainer.seeds import seed_configs, spread, spread_table
+
+    configs = seed_configs(_config(tmp_path / "run"), 3)
+    assert [c.seed for c in configs] == [0, 1, 2] and [c.curriculum.seed for c in configs] == [0, 1, 2]
+    assert [Path(c.run_dir).name for c in configs] == ["seed-0", "seed-1", "seed-2"]
+    runs = [[{"step": 0, "eval/success_rate": 0.25}, {"step": 1, "eval/success_rate": r}] for r in (0.5, 0.7, 0.9)]
+    curve = spread(runs)["eval/success_rate"]
+    assert curve[0] == {"mean": 0.25, "std": 0.0, "min": 0.25, "max": 0.25, "n": 3}
+    assert curve[1]["mean"] == pytest.approx(0.7) and curve[1]["std"] == pytest.approx(0.2)
+    assert "0.700 ± 0.200" in spread_table(spread(runs))
+
+
+@pytest.mark.slow
+def test_train_cli_over_seeds_prints_the_curves_spread(sft_model, tmp_path, capsys):
+    from repogym.cli import main
+
+    path = tmp_path / "config.yaml"
+    config = _config(tmp_path / "run", model={"path": str(sft_model)},
+                     train={"steps": 1, "eval_every": 1, "eval_samples": 1, "checkpoint_every": 0})
+    path.write_text(yaml.safe_dump(to_dict(config)))
+    assert main(["train", "--config", str(path), "--seeds", "2", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "eval/success_rate" in out and "±" in out
+    saved = json.loads((tmp_path / "run" / "seeds.json").read_text())
+    assert saved["seeds"] == 2 and saved["curves"]["eval/success_rate"]["1"]["n"] == 2
+    assert (tmp_path / "run" / "seed-1" / "metrics.jsonl").exists()

@@ -10,12 +10,16 @@ def add_parser(sub) -> None:
     parser.add_argument("--config", required=True, help="YAML config file (e.g. configs/tiny-cpu.yaml)")
     parser.add_argument("--run-dir", default=None, help="run folder (default: the config's run_dir)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--seeds", type=int, default=1,
+                        help="train the config over this many seeds (RUN_DIR/seed-I, seed+I each) and print the "
+                             "curves' mean ± std over them; written to RUN_DIR/seeds.json")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="config overrides, e.g. train.steps=5 fleet.workers=1 learner.lr=1e-4")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from repogym.envs.errors import ConfigError
     from repogym.trainer.checkpoint import latest_checkpoint
     from repogym.trainer.config import load_config
     from repogym.trainer.train import train
@@ -24,6 +28,15 @@ def run(args) -> int:
     if args.run_dir:
         overrides.append(f"run_dir={args.run_dir}")
     config = load_config(args.config, overrides)
+    if args.seeds < 1:
+        raise ConfigError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.seeds > 1:
+        from repogym.trainer.seeds import run_seeds, spread_table
+
+        summary = run_seeds(config, args.seeds, progress=not args.no_progress)
+        print(spread_table(summary))
+        print(f"curves over {args.seeds} seeds: {config.run_dir}/seeds.json; runs: {config.run_dir}/seed-*")
+        return 0
     previous = latest_checkpoint(config.run_dir)
     if previous:
         print(f"resuming {config.run_dir} from {previous.name}")
