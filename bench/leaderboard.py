@@ -27,8 +27,8 @@ from repogym.bench.metrics import Summary, summarize
 from repogym.bench.viewer import html_page, load_episode, render_html
 from repogym.envs.errors import ConfigError
 
-LEARNING_CURVES = ("rollout/success_rate", "eval/success_rate")
-"""The training metrics plotted, one chart each."""
+LEARNING_CURVES = ("rollout/success_rate", "eval/success_rate", "eval_heldout/success_rate")
+"""The training metrics plotted, one chart each (an evaluation's 95% Wilson interval as a band, when logged)."""
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
 
@@ -163,8 +163,10 @@ def bars_svg(title: str, groups: list[str], series: list[tuple[str, list[float |
     return _svg_frame(title, 1.0, labels, body) + _legend([name for name, _ in series])
 
 
-def lines_svg(title: str, series: list[tuple[str, list[tuple[int, float]]]]) -> str:
-    """One polyline per series of (step, value) points over a shared step axis, and a legend."""
+def lines_svg(title: str, series: list[tuple[str, list[tuple[int, float]]]],
+              bands: dict[str, list[tuple[int, float, float]]] | None = None) -> str:
+    """One polyline per series of (step, value) points over a shared step axis, and a legend; ``bands`` (series
+    name -> (step, low, high) points) shades an interval around a series."""
     steps = [step for _, points in series for step, _ in points]
     low, high = min(steps), max(steps)
     span = (high - low) or 1
@@ -175,6 +177,12 @@ def lines_svg(title: str, series: list[tuple[str, list[tuple[int, float]]]]) -> 
     body = []
     for s, (name, points) in enumerate(series):
         colour = COLOURS[s % len(COLOURS)]
+        band = (bands or {}).get(name)
+        if band:
+            outline = [(x(step), _y(hi, y_max)) for step, _, hi in band] + \
+                      [(x(step), _y(lo, y_max)) for step, lo, _ in reversed(band)]
+            body.append(f'<polygon points="{" ".join(f"{a:.1f},{b:.1f}" for a, b in outline)}" fill="{colour}" '
+                        f'fill-opacity="0.15" stroke="none"><title>{html.escape(name)}: 95% interval</title></polygon>')
         coords = " ".join(f"{x(step):.1f},{_y(v, y_max):.1f}" for step, v in points)
         body.append(f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="2">'
                     f"<title>{html.escape(name)}</title></polyline>")
@@ -216,8 +224,14 @@ def _curves_html(runs: dict[str, dict[str, list[tuple[int, float]]]]) -> str:
     parts = []
     for metric in LEARNING_CURVES:
         series = [(run, metrics[metric]) for run, metrics in sorted(runs.items()) if metrics.get(metric)]
+        split = metric.split("/")[0]
+        bands = {}
+        for run, metrics in runs.items():
+            low, high = dict(metrics.get(f"{split}/success_low", [])), dict(metrics.get(f"{split}/success_high", []))
+            if low and high:
+                bands[run] = [(step, low[step], high[step]) for step in sorted(set(low) & set(high))]
         parts.append(f"<h3>{html.escape(metric)}</h3>")
-        parts.append(lines_svg(metric, series) if series
+        parts.append(lines_svg(metric, series, bands) if series
                      else f'<p class="note">no run logged {html.escape(metric)}</p>')
     return "\n".join(parts)
 

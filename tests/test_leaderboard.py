@@ -261,7 +261,9 @@ def site(tmp_path_factory, trajectory) -> Path:
     run = root / "tiny-run"
     run.mkdir()
     run.joinpath("metrics.jsonl").write_text("".join(
-        json.dumps({"step": s, "rollout/success_rate": s / 10, "eval/success_rate": s / 12, "losses/loss": 1.0})
+        json.dumps({"step": s, "rollout/success_rate": s / 10, "eval/success_rate": s / 12, "losses/loss": 1.0,
+                    "eval_heldout/success_rate": s / 20, "eval_heldout/success_low": s / 40,
+                    "eval_heldout/success_high": s / 15})
         + "\n" for s in range(0, 11, 2)))
     assert main(["leaderboard", "--db", str(root / "results.db"), "--import-run", str(run),
                  "--html", str(root / "www" / "index.html")]) == 0
@@ -287,8 +289,10 @@ def test_page_is_static_and_offline(site):
     page = (site / "index.html").read_text()
     assert "<script" not in page and "<link" not in page and "@import" not in page and "url(" not in page
     assert page.count("http://") == page.count('xmlns="http://www.w3.org/2000/svg"') and "https://" not in page
-    assert page.count("<svg") == 3  # difficulty bars and two learning-curve charts
-    assert page.count("<polyline") == 2 and "tiny-run" in page
+    assert page.count("<svg") == 4  # difficulty bars and three learning-curve charts
+    assert page.count("<polyline") == 3 and "tiny-run" in page
+    # The held-out curve's 95% interval is a band (the eval curve logged none here).
+    assert page.count("<polygon") == 1 and "eval_heldout/success_rate" in page
 
 
 @pytest.mark.slow  # three browser runs: about 6 s on two cores
