@@ -11,35 +11,22 @@ import pytest
 pytest.importorskip("vllm")
 pytestmark = [pytest.mark.vllm, pytest.mark.ray]
 
-from repogym.trainer.config import TrainConfig, from_dict  # noqa: E402
+from repogym.trainer.config import TrainConfig  # noqa: E402
 from repogym.trainer.train import Trainer  # noqa: E402
+from test_train import _config as _train_config, _metrics  # noqa: E402
 
 TASKS = ["repogym__tablekit-center-odd-padding"]
 
 
 def _config(run_dir: Path, steps: int) -> TrainConfig:
-    return from_dict(TrainConfig, {
-        "seed": 0, "run_dir": str(run_dir),
-        # head_dim 32: the CPU attention kernels refuse 16.
-        "model": {"tiny": {"vocab_size": 1024, "hidden_size": 128, "intermediate_size": 256, "num_layers": 2,
-                           "num_heads": 4, "num_kv_heads": 2, "max_position_embeddings": 4096}},
-        "env": {"sandbox": "local", "max_turns": 2, "reward": "process", "eval_timeout": 300, "command_timeout": 30,
-                "analyze_final_diff": False},
-        "curriculum": {"suites": {"builtin": 1.0}, "task_ids": TASKS},
-        "agent": {"temperature": 1.0, "max_new_tokens": 24, "tools": ["edit", "submit"]},
-        "algorithm": {"name": "grpo", "options": {"group_size": 2}},
-        "sft": {"steps": 0},
-        "learner": {"lr": 1e-3, "micro_batch_size": 4, "device": "cpu"},
-        "inference": {"engine": "vllm", "num_engines": 1, "dtype": "float32"},
-        "fleet": {"backend": "ray", "workers": 1, "envs_per_worker": 2},
-        "ray": {"num_cpus": 3},
-        "train": {"steps": steps, "tasks_per_step": 1, "max_refills": -1, "checkpoint_every": 0,
-                  "eval_every": 0},  # -1: groups without signal are trained on too (a random policy has none)
-    }).check()
-
-
-def _metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    """test_train's tiny run (head_dim 32: vLLM's CPU attention kernels refuse 16) on one task, served by vLLM."""
+    return _train_config(run_dir, env={"max_turns": 2}, curriculum={"task_ids": TASKS},
+                         agent={"max_new_tokens": 24}, algorithm={"name": "grpo", "options": {"group_size": 2}},
+                         learner={"lr": 1e-3, "micro_batch_size": 4, "device": "cpu"},
+                         inference={"engine": "vllm", "num_engines": 1, "dtype": "float32"},
+                         fleet={"backend": "ray", "workers": 1, "envs_per_worker": 2}, ray={"num_cpus": 3},
+                         # max_refills -1: groups without signal are trained on too (a random policy has none)
+                         train={"steps": steps, "max_refills": -1, "checkpoint_every": 0, "eval_every": 0})
 
 
 def test_a_grpo_run_on_vllm_streams_each_update_to_the_engine(tmp_path: Path):

@@ -28,6 +28,7 @@ and hub access (the model is a local folder).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -224,47 +225,33 @@ class _UpdateGate:
         self._running = 0
         self._update_waiting = False
 
-    def generating(self):
-        return _Admission(self)
+    @contextlib.asynccontextmanager
+    async def generating(self):
+        """Admit a request (after any waiting update); yields the version it runs under."""
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._update_waiting)
+            self._running += 1
+            version = self.version
+        try:
+            yield version
+        finally:
+            async with self._cond:
+                self._running -= 1
+                self._cond.notify_all()
 
-    def updating(self):
-        return _Exclusive(self)
-
-
-class _Admission:
-    def __init__(self, gate: _UpdateGate):
-        self.gate = gate
-
-    async def __aenter__(self) -> int:
-        g = self.gate
-        async with g._cond:
-            await g._cond.wait_for(lambda: not g._update_waiting)
-            g._running += 1
-            return g.version
-
-    async def __aexit__(self, *exc) -> None:
-        g = self.gate
-        async with g._cond:
-            g._running -= 1
-            g._cond.notify_all()
-
-
-class _Exclusive:
-    def __init__(self, gate: _UpdateGate):
-        self.gate = gate
-
-    async def __aenter__(self) -> None:
-        g = self.gate
-        async with g._cond:
-            await g._cond.wait_for(lambda: not g._update_waiting)
-            g._update_waiting = True
-            await g._cond.wait_for(lambda: g._running == 0)
-
-    async def __aexit__(self, *exc) -> None:
-        g = self.gate
-        async with g._cond:
-            g._update_waiting = False
-            g._cond.notify_all()
+    @contextlib.asynccontextmanager
+    async def updating(self):
+        """Hold new requests back and wait for the running ones to finish; release them when the update is done."""
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._update_waiting)
+            self._update_waiting = True
+            await self._cond.wait_for(lambda: self._running == 0)
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._update_waiting = False
+                self._cond.notify_all()
 
 
 def _completion(output) -> Completion:
