@@ -86,6 +86,9 @@ class EnvConfig:
     """Budget of observation tokens per episode (the intro included); needs ``tokenizer``. Past it: truncated."""
     max_wall_s: float | None = None
     """Budget of wall-clock seconds per episode, from reset; past it: truncated."""
+    tools: list[str] | None = None
+    """The tools this environment offers (None: every registered tool): the intro and ``info["tools"]`` list only
+    these, and a call to another is an ``unknown_tool`` error observation."""
 
     def __post_init__(self):
         if self.max_turns < 1:
@@ -100,6 +103,11 @@ class EnvConfig:
             self.reward = RewardConfig.preset(self.reward)
         if self.sandbox not in (None, "docker", "local"):
             raise ConfigError(f"sandbox must be 'docker', 'local' or None, got {self.sandbox!r}")
+        if self.tools is not None:
+            unknown = [t for t in self.tools if t not in TOOLS]
+            if unknown or not self.tools:
+                raise ConfigError(f"tools: expected a non-empty list of {', '.join(TOOLS.names())}; "
+                                  f"got {list(self.tools)}")
 
 
 class RepoTaskEnv(gym.Env):
@@ -237,7 +245,7 @@ class RepoTaskEnv(gym.Env):
         try:
             call = parse_action(action)
             info["tool"] = call.name
-            tool = get_tool(call.name)
+            tool = self._tool(call.name)
             args = tool.check_arguments(call.arguments)
             self.well_formed += 1
             if tool.name == "submit":
@@ -407,11 +415,19 @@ class RepoTaskEnv(gym.Env):
     # -- helpers --------------------------------------------------------------------------------------
     def tools_schema(self) -> list[dict]:
         """The OpenAI tools JSON of this environment's tools."""
-        return tools_schema(list(TOOLS))
+        return tools_schema(self._tool_names())
+
+    def _tool_names(self) -> list[str]:
+        return list(TOOLS) if self.config.tools is None else [t for t in TOOLS if t in self.config.tools]
+
+    def _tool(self, name: str):
+        if self.config.tools is not None and name not in self.config.tools:
+            raise ToolError("unknown_tool", f"unknown tool {name!r}: expected one of {', '.join(self._tool_names())}")
+        return get_tool(name)
 
     def _intro(self, task: Task) -> str:
         tools = "\n".join(f"- {t.name}({', '.join(t.parameters.get('properties', {}))}): {t.description}"
-                          for t in map(TOOLS.resolve, TOOLS))
+                          for t in map(TOOLS.resolve, self._tool_names()))
         # The prompt of a /repo sandbox stays byte for byte what it was (golden trajectories hold it).
         where = getattr(self._sandbox, "repo_dir", "/repo")
         where = "/repo" if where == "/repo" else f"{where} (also reachable as /repo)"

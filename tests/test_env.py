@@ -218,6 +218,22 @@ def test_make_vec_runs_two_envs(backend, tiny_task):
         vec.close()
 
 
+def test_an_env_offers_only_its_configured_tools(backend, tiny_task):
+    environment = RepoTaskEnv(task=tiny_task, sandbox=backend, config=EnvConfig(max_turns=3, tools=["submit", "edit"]))
+    try:
+        obs, info = environment.reset()
+        assert [t["function"]["name"] for t in info["tools"]] == ["edit", "submit"]  # registry order
+        assert "- edit(" in obs and "- bash(" not in obs
+        obs, reward, term, trunc, info = environment.step(call("bash", command="cat calc/ops.py"))
+        assert info["error"] == "unknown_tool" and "expected one of edit, submit" in obs and not (term or trunc)
+        environment.step(call("edit", path="calc/ops.py", old="high - 1", new="high"))
+        assert environment.step(call("submit"))[1] == 1.0
+    finally:
+        environment.close()
+    with pytest.raises(ConfigError, match="tools: expected a non-empty list"):
+        EnvConfig(tools=["edit", "teleport"])
+
+
 def test_config_errors_are_clear(tiny_task):
     with pytest.raises(ConfigError, match="max_turns"):
         EnvConfig(max_turns=0)

@@ -275,6 +275,8 @@ def test_the_shuffled_reward_control_permutes_the_rewards():
         load_config(None, ["train.control=shuffle"])
     with pytest.raises(ConfigError, match="sft_continue"):
         load_config(None, ["train.control=sft_continue", "sft.steps=0"])
+    # From a warm-started model (model.path), continued SFT needs no warm start of its own.
+    assert load_config(None, ["train.control=sft_continue", "sft.steps=0", f"model.path={Path(__file__).parent}"])
     from repogym.trainer.config import HeldoutConfig
     from repogym.trainer.train import heldout_tasks
 
@@ -323,6 +325,48 @@ def test_the_sft_continue_control_makes_each_step_an_sft_update(tmp_path):
     assert [m["step"] for m in steps] == [1, 2]
     assert all("sft/loss" in m and "rollout/episodes" not in m and m["charts/policy_version"] == m["step"]
                for m in steps)
+
+
+def test_the_study_runs_each_condition_from_one_warm_start_per_seed_and_pools_them(tmp_path):
+    """Arms from the seed's SFT export, a control each, evaluated once at the end; finished arms are not rerun; the
+    summary pools each condition's episodes over seeds with a Wilson interval."""
+    from repogym.trainer.study import CONDITIONS, condition_configs, run_study
+
+    config = _config(tmp_path / "study", sft={"steps": 5}, train={"steps": 3, "eval_every": 0})
+    arms = condition_configs(config)
+    warm = arms["sft_only"]
+    assert (warm.train.steps, warm.sft.steps, warm.train.eval_at_start) == (0, 5, True) and warm.train.eval_every
+    for name, control in (("rl", "none"), ("sft_continue", "sft_continue"), ("shuffled_rewards", "shuffled_rewards")):
+        arm = arms[name]
+        assert arm.model.path == str(tmp_path / "study" / "sft" / "sft" / "model") and arm.sft.steps == 0
+        assert (arm.train.control, arm.train.steps, arm.train.eval_every, arm.train.eval_at_start) == (control, 3, 3,
+                                                                                                        False)
+        arm.check()
+    held_out = {"sft_only": 2, "rl": 6, "sft_continue": 3, "shuffled_rewards": 2}  # successes of 10, per seed
+    ran: list[str] = []
+
+    def fake_train(run):
+        ran.append(run.run_dir)
+        name = Path(run.run_dir).name
+        arm = {"sft": "sft_only"}.get(name, name)
+        wins = held_out[arm] + run.seed  # seed 1 does one better
+        line = {"step": run.train.steps, "eval_heldout/episodes": 10, "eval_heldout/infra_errors": 0,
+                "eval_heldout/success_rate": wins / 10, "eval/episodes": 4, "eval/success_rate": 0.5}
+        Path(run.run_dir).mkdir(parents=True, exist_ok=True)
+        (Path(run.run_dir) / "metrics.jsonl").write_text(json.dumps(line) + "\n")
+
+    summary = run_study(config, seeds=2, train_fn=fake_train)
+    assert len(ran) == 8 and list(summary) == list(CONDITIONS)
+    rl = summary["rl"]["eval_heldout"]
+    assert (rl["successes"], rl["episodes"], rl["per_seed"]) == (13, 20, [0.6, 0.7])
+    assert rl["low"] < 0.65 < rl["high"] and rl["std"] == pytest.approx(0.0707, abs=1e-3)
+    table = (tmp_path / "study" / "study.md").read_text()
+    assert "| rl | 0.650 [" in table and "(13/20)" in table
+    assert json.loads((tmp_path / "study" / "study.json").read_text())["conditions"]["sft_only"]["seeds"] == 2
+    run_study(config, seeds=2, train_fn=fake_train)  # every arm holds its final evaluation: nothing reruns
+    assert len(ran) == 8
+    with pytest.raises(ConfigError, match="train.steps"):
+        condition_configs(_config(tmp_path / "x", sft={"steps": 5}, train={"steps": 0}))
 
 
 def test_seed_runs_differ_in_seed_and_folder_and_their_curves_get_a_spread(tmp_path):

@@ -122,6 +122,10 @@ class LoopConfig:
     """Steps between evaluations on every training task (0: never)."""
     eval_samples: int = 4
     """Episodes per task in an evaluation."""
+    eval_at_start: bool = True
+    """Evaluate before the first step (the starting policy: after SFT, before RL)."""
+    eval_tasks: int | None = None
+    """Training tasks in ``eval/*`` (a sample fixed by ``seed``; None: all). The held-out split is always whole."""
     eval_temperature: float | None = None
     """Sampling temperature of evaluations (None: the agent's)."""
     control: str = "none"
@@ -180,8 +184,11 @@ class TrainConfig:
             raise ConfigError("inference.engine vllm runs engines as Ray actors: set fleet.backend: ray")
         if self.train.control not in CONTROLS:
             raise ConfigError(f"train.control must be one of {', '.join(CONTROLS)}, got {self.train.control!r}")
-        if self.train.control == "sft_continue" and self.sft.steps <= 0:
-            raise ConfigError("train.control sft_continue continues the SFT warm start: set sft.steps > 0")
+        if self.train.control == "sft_continue" and self.sft.steps <= 0 and not self.model.path:
+            raise ConfigError("train.control sft_continue continues an SFT warm start: set sft.steps > 0, or "
+                              "model.path to a warm-started model")
+        if self.train.eval_tasks is not None and self.train.eval_tasks < 1:
+            raise ConfigError(f"train.eval_tasks must be >= 1 (or null: every training task), got {self.train.eval_tasks}")
         if self.learner.world_size < 1:
             raise ConfigError(f"learner.world_size must be >= 1, got {self.learner.world_size}")
         if not (0 < self.learner.gpus_per_rank <= 1) or not (0 < self.inference.gpus_per_engine <= 1):

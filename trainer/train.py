@@ -28,6 +28,7 @@ from repogym.envs.errors import ConfigError, InfraError
 from repogym.envs.rewards.rates import rate_metrics
 from repogym.envs.status import Status
 from repogym.envs.tasks.suites import load_suite
+from repogym.envs.taskgen.recipes import ensure_suites
 from repogym.trainer.algorithms import make_algorithm
 from repogym.trainer.algorithms.common import Sample
 from repogym.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -98,7 +99,9 @@ class Trainer:
 
         np.random.seed(config.seed)
         torch.manual_seed(config.seed)
-        # The held-out split first: its tasks are taken out of the training suites, whatever they list.
+        # Procedural suites (operator flips) are built on first use; then the held-out split first: its tasks are
+        # taken out of the training suites, whatever they list.
+        ensure_suites([*config.curriculum.suites, *config.heldout.suites])
         self.heldout_tasks = heldout_tasks(config.heldout)
         self.heldout_ids = {t.instance_id for t in self.heldout_tasks}
         cc = config.curriculum
@@ -108,6 +111,9 @@ class Trainer:
             name: [t for t in load_suite(name) if t.instance_id not in self.heldout_ids]
             for name in config.curriculum.suites})
         self.tasks = self.curriculum.all_tasks()
+        n = config.train.eval_tasks
+        self.eval_tasks = self.tasks if n is None or n >= len(self.tasks) else sorted(
+            random.Random(config.seed).sample(self.tasks, n), key=lambda t: t.instance_id)
         if not self.tasks:
             raise ConfigError("the curriculum has no tasks (check curriculum.suites / task_ids / max_difficulty, "
                               "and that heldout does not take them all)")
@@ -307,7 +313,7 @@ class Trainer:
                 self.warm_start()
             self.fleet = self._make_fleet(self._spec())
             self._push_weights()
-            if self.step == 0 and c.train.eval_every:
+            if self.step == 0 and c.train.eval_every and c.train.eval_at_start:
                 last = {"step": 0, **self.evaluate()}
                 self.logger.log(0, last)
             if self.progress:
@@ -565,7 +571,7 @@ class Trainer:
         pass@k."""
         c = self.config
         temperature, k = c.train.eval_temperature, c.train.eval_samples
-        splits = {"eval": self.tasks, "eval_heldout": self.heldout_tasks}
+        splits = {"eval": self.eval_tasks, "eval_heldout": self.heldout_tasks}
         self._eval = []
         self.fleet.submit([EpisodeRequest(t.instance_id, _seed_of(c.seed, 7919, self.step, j, i, n), -1, tag,
                                           temperature)

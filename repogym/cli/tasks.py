@@ -156,7 +156,10 @@ def run_generate(args) -> int:
 def run_build_recipe(args) -> int:
     from repogym.envs.taskgen.recipes import build
     out, stats = build(args.suite, args.sandbox, progress_bar)
-    _print_stats(stats)
+    if stats.get("family") == "flips":
+        print(f"{stats['tasks']} training tasks; {stats['heldout']} held-out tasks in {stats['heldout_file']}")
+    else:
+        _print_stats(stats)
     print(f"wrote {out}; validate with: repogym validate --suite {args.suite}")
     return 0
 
@@ -165,7 +168,8 @@ def run_recipes(args) -> int:
     from repogym.envs.taskgen.recipes import list_recipes, load_recipe
     for name in list_recipes():
         source, config = load_recipe(name)
-        print(f"{name}\t{source}\tseed={config.seed}\tmax_tasks={config.max_tasks}")
+        size = f"max_tasks={config.max_tasks}" if hasattr(config, "max_tasks") else f"suites={name},{name}-heldout"
+        print(f"{name}\t{source}\tseed={config.seed}\t{size}")
     return 0
 
 

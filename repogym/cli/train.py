@@ -13,6 +13,10 @@ def add_parser(sub) -> None:
     parser.add_argument("--seeds", type=int, default=1,
                         help="train the config over this many seeds (RUN_DIR/seed-I, seed+I each) and print the "
                              "curves' mean ± std over them; written to RUN_DIR/seeds.json")
+    parser.add_argument("--controls", action="store_true",
+                        help="the transfer study: per seed, the SFT warm start alone, then RL and the sft_continue "
+                             "and shuffled_rewards controls from it; prints held-out success per condition with "
+                             "95%% intervals (RUN_DIR/study.md, study.json; see docs/training.md)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="config overrides, e.g. train.steps=5 fleet.workers=1 learner.lr=1e-4")
     parser.set_defaults(func=run)
@@ -30,6 +34,12 @@ def run(args) -> int:
     config = load_config(args.config, overrides)
     if args.seeds < 1:
         raise ConfigError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.controls:
+        from repogym.trainer.study import run_study, study_table
+
+        print(study_table(run_study(config, args.seeds, progress=not args.no_progress)))
+        print(f"written to {config.run_dir}/study.md and study.json; runs: {config.run_dir}/seed-*/<condition>")
+        return 0
     if args.seeds > 1:
         from repogym.trainer.seeds import run_seeds, spread_table
 
