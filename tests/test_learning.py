@@ -103,3 +103,21 @@ def test_the_kl_reference_follows_a_warm_start_only_when_refreshed(tokenizer):
     learner.refresh_reference()
     assert not differs()
     assert not any(p.requires_grad for p in learner.reference.parameters())
+
+
+@pytest.mark.slow
+def test_copy_pretraining_teaches_reading_back_a_span(tokenizer):
+    """The copy example masks all but the repeat (past its first token), and a few hundred updates of a 2-layer
+    model bring the loss on the repeat well under what guessing the corpus's next token costs."""
+    import random
+
+    from repogym.trainer.tiny import copy_sequence, pretrain_copy
+
+    stream = list(range(50, 150))
+    ids, mask = copy_sequence(stream, random.Random(0), span=(5, 5), gap=(3, 3))
+    assert ids[:5] == ids[8:] and len(mask) == len(ids) == 13 and mask == [0] * 9 + [1] * 4
+    corpus = [" ".join(str(random.Random(i).randrange(100)) for _ in range(200)) for i in range(4)]
+    model = build_tiny_model(tokenizer, TinyModelConfig(**{**TINY.__dict__, "num_layers": 2, "hidden_size": 64,
+                                                           "intermediate_size": 128}))
+    losses = pretrain_copy(model, tokenizer, corpus, steps=300, batch_size=8, lr=3e-3)
+    assert statistics.fmean(losses[-20:]) < 0.5 * statistics.fmean(losses[:20])

@@ -344,9 +344,16 @@ def test_the_study_runs_each_condition_from_one_warm_start_per_seed_and_pools_th
         arm.check()
     held_out = {"sft_only": 2, "rl": 6, "sft_continue": 3, "shuffled_rewards": 2}  # successes of 10, per seed
     ran: list[str] = []
+    seen_paths: list[str | None] = []
+    demonstrations: list[str | None] = []
 
     def fake_train(run):
         ran.append(run.run_dir)
+        seen_paths.append(run.model.path)
+        demonstrations.append(run.sft.trajectories)
+        if Path(run.run_dir).name == "sft":  # the oracle's demonstrations, as the warm start leaves them
+            (Path(run.run_dir) / "trajectories" / "sft").mkdir(parents=True, exist_ok=True)
+            (Path(run.run_dir) / "trajectories" / "sft" / "t.jsonl").write_text("{}\n")
         name = Path(run.run_dir).name
         arm = {"sft": "sft_only"}.get(name, name)
         wins = held_out[arm] + run.seed  # seed 1 does one better
@@ -357,6 +364,10 @@ def test_the_study_runs_each_condition_from_one_warm_start_per_seed_and_pools_th
 
     summary = run_study(config, seeds=2, train_fn=fake_train)
     assert len(ran) == 8 and list(summary) == list(CONDITIONS)
+    assert Path(ran[4]).name == "sft" and seen_paths[4] == str(tmp_path / "study" / "seed-0" / "sft" / "model")
+    # Demonstrations are collected once (the first warm start) and read back by every later run.
+    assert demonstrations[0] is None
+    assert set(demonstrations[1:]) == {str(tmp_path / "study" / "seed-0" / "sft" / "trajectories" / "sft" / "*.jsonl")}
     rl = summary["rl"]["eval_heldout"]
     assert (rl["successes"], rl["episodes"], rl["per_seed"]) == (13, 20, [0.6, 0.7])
     assert rl["low"] < 0.65 < rl["high"] and rl["std"] == pytest.approx(0.0707, abs=1e-3)
@@ -367,6 +378,20 @@ def test_the_study_runs_each_condition_from_one_warm_start_per_seed_and_pools_th
     assert len(ran) == 8
     with pytest.raises(ConfigError, match="train.steps"):
         condition_configs(_config(tmp_path / "x", sft={"steps": 5}, train={"steps": 0}))
+
+
+def test_held_out_success_is_split_by_why_the_task_is_held_out(tmp_path):
+    from repogym.trainer.study import heldout_by_kind
+
+    folder = tmp_path / "run" / "trajectories" / "eval_heldout"
+    folder.mkdir(parents=True)
+    for name, status in (("a.s1", "resolved"), ("a.s2", "unresolved"), ("b.s1", "resolved"), ("c.s1", "infra_error"),
+                         ("d.s1", "resolved")):
+        (folder / f"{name}.jsonl").write_text(json.dumps({"type": "header"}) + "\n"
+                                              + json.dumps({"type": "end", "status": status}) + "\n")
+    kinds = {"a": "function", "b": "project", "c": "project"}  # d: not a held-out task of these suites
+    assert heldout_by_kind([tmp_path / "run"], kinds) == {"function": {"successes": 1, "episodes": 2},
+                                                          "project": {"successes": 1, "episodes": 1}}
 
 
 def test_seed_runs_differ_in_seed_and_folder_and_their_curves_get_a_spread(tmp_path):

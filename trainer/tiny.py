@@ -32,6 +32,9 @@ class TinyModelConfig:
     num_kv_heads: int = 2
     max_position_embeddings: int = 4096
     seed: int = 0
+    copy_steps: int = 0
+    """Updates of copy pretraining before the model is saved (0: none): a pretrained base model can copy what it
+    reads and a random-init one cannot, and it learns that slowly from task data alone. See :func:`pretrain_copy`."""
 
 
 def build_tokenizer(corpus: Iterable[str], vocab_size: int = 2048):
@@ -68,8 +71,11 @@ def build_tiny_model(tokenizer, config: TinyModelConfig | None = None):
 def build_tiny(out_dir: str | Path, corpus: Iterable[str], config: TinyModelConfig | None = None) -> Path:
     """Build and save a tiny model and its tokenizer to ``out_dir`` (a folder ``from_pretrained`` loads)."""
     c = config or TinyModelConfig()
+    corpus = list(corpus)
     tokenizer = build_tokenizer(corpus, c.vocab_size)
     model = build_tiny_model(tokenizer, c)
+    if c.copy_steps:
+        pretrain_copy(model, tokenizer, corpus, c.copy_steps, seed=c.seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)
@@ -77,4 +83,48 @@ def build_tiny(out_dir: str | Path, corpus: Iterable[str], config: TinyModelConf
     return out
 
 
-__all__ = ["CHAT_TEMPLATE", "TinyModelConfig", "build_tiny", "build_tiny_model", "build_tokenizer"]
+def copy_sequence(stream: list[int], rng, span: tuple[int, int] = (4, 24), gap: tuple[int, int] = (8, 96)
+                  ) -> tuple[list[int], list[int]]:
+    """One copy example cut from the token ``stream``: a span, unrelated text, the span again; returns the ids and
+    the loss mask (the second showing, past its first token: the part only reading back can predict)."""
+    n, g = rng.randint(*span), rng.randint(*gap)
+    at, filler = rng.randrange(len(stream) - n), rng.randrange(len(stream) - g)
+    first, between = stream[at:at + n], stream[filler:filler + g]
+    ids = first + between + first
+    mask = [0] * (n + g + 1) + [1] * (n - 1)
+    return ids, mask
+
+
+def pretrain_copy(model, tokenizer, corpus: list[str], steps: int, batch_size: int = 16, lr: float = 1e-3,
+                  seed: int = 0) -> list[float]:
+    """Train ``model`` to copy spans of the corpus's own text it saw earlier in the sequence (induction); returns
+    the loss of each update."""
+    import random
+
+    import torch
+
+    rng = random.Random(seed)
+    stream = [i for text in dict.fromkeys(corpus) for i in tokenizer.encode(text)]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    model.train()
+    losses = []
+    for _ in range(steps):
+        batch = [copy_sequence(stream, rng) for _ in range(batch_size)]
+        width = max(len(ids) for ids, _ in batch)
+        ids = torch.tensor([b[0] + [tokenizer.pad_token_id] * (width - len(b[0])) for b in batch])
+        mask = torch.tensor([b[1] + [0] * (width - len(b[1])) for b in batch], dtype=torch.float)
+        logits = model(input_ids=ids).logits[:, :-1]
+        token_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1),
+                                                       reduction="none").view(ids.size(0), -1)
+        loss = (token_loss * mask[:, 1:]).sum() / mask[:, 1:].sum()
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+__all__ = ["CHAT_TEMPLATE", "TinyModelConfig", "build_tiny", "build_tiny_model", "build_tokenizer", "copy_sequence",
+           "pretrain_copy"]
