@@ -421,3 +421,64 @@ def test_cli_analyze_rev_range_on_a_real_git_repo(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "app.core.make  app/core.py:33  (modified, signature changed)" in out
     assert "tests/test_core.py::test_make  tests/test_core.py:5" in out
+
+
+# -- source roots: module names are import names ----------------------------------------------------------------
+_SRC_PACKAGE = {
+    "src/cart/__init__.py": b"from .core import total\n",
+    "src/cart/core.py": b"def total(prices):\n    return sum(prices)\n\n\ndef describe(prices):\n    return total(prices)\n",
+    "tests/test_cart.py": b"from cart import total\nfrom cart.core import describe\n\n\n"
+                          b"def test_total():\n    assert total([1]) == 1\n\n\n"
+                          b"def test_describe():\n    assert describe([1]) == 1\n",
+}
+
+
+@pytest.mark.parametrize("packaging", [
+    {"pyproject.toml": b'[tool.setuptools.packages.find]\nwhere = ["src"]\n'},
+    {"pyproject.toml": b'[tool.setuptools.package-dir]\n"" = "src"\n'},
+    {"pyproject.toml": b'[tool.hatch.build.targets.wheel]\npackages = ["src/cart"]\n'},
+    {"pyproject.toml": b'[tool.poetry]\npackages = [{include = "cart", from = "src"}]\n'},
+    {"setup.cfg": b"[options]\npackage_dir =\n    =src\n\n[options.packages.find]\nwhere = src\n"},
+    {"setup.py": b'from setuptools import setup, find_packages\nsetup(package_dir={"": "src"}, '
+                 b'packages=find_packages(where="src"))\n'},
+    {},  # no packaging data: src/ holding a package is a root by layout
+], ids=["setuptools-find", "setuptools-package-dir", "hatch", "poetry", "setup.cfg", "setup.py", "layout"])
+def test_a_src_layout_is_named_by_import_names_and_its_tests_are_found(packaging):
+    index = RepoIndex.from_files({**_SRC_PACKAGE, **packaging})
+    assert index.source_roots == ("src", "")
+    assert "cart.core.total" in index.symbols and not any(q.startswith("src.") for q in index.symbols)
+    assert index.module_of("src/cart/core.py") == "cart.core" and index.module_of("tests/test_cart.py") == "tests.test_cart"
+    assert sorted(s.test_id for s in index.tests_reaching(["cart.core.total"])) == [
+        "tests/test_cart.py::test_describe", "tests/test_cart.py::test_total"]
+    assert "cart.core.describe" in {s.name for s, _ in index.dependents(["cart.core.total"], max_depth=1)}
+
+
+def test_source_roots_given_override_and_a_flat_project_keeps_its_names(tmp_path, capsys):
+    flat = {"cart/__init__.py": b"", "cart/core.py": b"def total():\n    return 1\n",
+            "pyproject.toml": b"[project]\nname = 'cart'\n"}
+    assert RepoIndex.from_files(flat).source_roots == ("",) and "cart.core.total" in RepoIndex.from_files(flat).symbols
+    # An explicit root wins over what the layout says (here: code under code/, which no convention names).
+    odd = {"code/cart/__init__.py": b"", "code/cart/core.py": b"def total():\n    return 1\n",
+           "tests/test_c.py": b"from cart.core import total\n\n\ndef test_t():\n    assert total()\n"}
+    assert "code.cart.core.total" in RepoIndex.from_files(odd).symbols
+    index = RepoIndex.from_files(odd, source_roots=["code/"])
+    assert [s.test_id for s in index.tests_reaching(["cart.core.total"])] == ["tests/test_c.py::test_t"]
+    # Broken packaging files never stop indexing: the layout decides.
+    assert RepoIndex.from_files({**_SRC_PACKAGE, "pyproject.toml": b"[tool", "setup.py": b"setup(("}).source_roots \
+        == ("src", "")
+
+    # The CLI: --source-root on a repository whose packaging data says nothing.
+    for path, source in odd.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_bytes(source)
+    patch = tmp_path / "change.diff"
+    patch.write_text("--- a/code/cart/core.py\n+++ b/code/cart/core.py\n@@ -1,2 +1,2 @@\n def total():\n-    return 1\n"
+                     "+    return 2\n")
+    from repogym.cli import analyze
+    parser = argparse.ArgumentParser()
+    analyze.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["analyze", "--repo", str(tmp_path), "--diff", str(patch), "--json", "--source-root", "code"])
+    assert args.func(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [c["name"] for c in result["changed"]] == ["cart.core.total"]
+    assert [t["test_id"] for t in result["tests"]] == ["tests/test_c.py::test_t"]

@@ -23,6 +23,7 @@ import tree_sitter_python
 from tree_sitter import Language, Node, Parser, Query, QueryCursor, Tree
 
 from repogym.envs.analysis.model import Symbol, SyntaxIssue, Unresolved
+from repogym.envs.analysis.roots import module_for
 
 PY_LANGUAGE = Language(tree_sitter_python.language())
 _PARSER = Parser(PY_LANGUAGE)
@@ -93,12 +94,9 @@ def parse_source(source: bytes, old_tree: Tree | None = None) -> Tree:
     return _PARSER.parse(source, old_tree)
 
 
-def module_name(path: str) -> str:
-    """``pkg/mod.py`` -> ``pkg.mod``; ``pkg/__init__.py`` -> ``pkg``."""
-    parts = path[:-3].split("/") if path.endswith(".py") else path.split("/")
-    if parts[-1] == "__init__" and len(parts) > 1:
-        parts.pop()
-    return ".".join(parts)
+def module_name(path: str, roots: tuple[str, ...] = ("",)) -> str:
+    """``pkg/mod.py`` -> ``pkg.mod``; ``pkg/__init__.py`` -> ``pkg``; under a source root (``src``), named from it."""
+    return module_for(path, roots)
 
 
 def is_test_file(path: str) -> bool:
@@ -234,9 +232,9 @@ def _absolute_module(package: str, prefix_dots: int, rest: str) -> str | None:
     return ".".join(base) if base else None
 
 
-def extract(path: str, source: bytes, tree: Tree) -> FileFacts:
-    """Collect one file's facts from its parse tree."""
-    module = module_name(path)
+def extract(path: str, source: bytes, tree: Tree, roots: tuple[str, ...] = ("",)) -> FileFacts:
+    """Collect one file's facts from its parse tree (its module named from the first source root it lies in)."""
+    module = module_name(path, roots)
     package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
     facts = FileFacts(path, module, package, source, tree)
     root = tree.root_node

@@ -19,6 +19,7 @@ from pathlib import Path
 from repogym.envs.analysis.diffs import FileDiff, parse_diff
 from repogym.envs.analysis.extract import FileFacts
 from repogym.envs.analysis.index import RepoIndex
+from repogym.envs.analysis.roots import PACKAGING_FILES
 from repogym.envs.errors import ConfigError
 
 _TEST_DEPTH = 5  # tests are searched at least this deep: a test 4 calls away still exercises the change
@@ -194,8 +195,9 @@ def _blobs(repo, rev: str, paths: list[str]) -> dict[str, bytes | None]:
     return result
 
 
-def diff_between_revs(repo, rev_range: str) -> tuple[RepoIndex, str, dict]:
-    """(index of ``.py`` files at A, ``git diff A B``, touched files at B) for ``A..B``.
+def diff_between_revs(repo, rev_range: str, source_roots=None) -> tuple[RepoIndex, str, dict]:
+    """(index of ``.py`` files at A, ``git diff A B``, touched files at B) for ``A..B``; ``source_roots`` as in
+    :meth:`RepoIndex.from_files` (default: from A's packaging files).
 
     ``A..`` or plain ``A`` compares with the working tree (tracked files only: untracked ones are not
     in ``git diff``).
@@ -204,8 +206,8 @@ def diff_between_revs(repo, rev_range: str) -> tuple[RepoIndex, str, dict]:
     if not base or head.startswith("."):
         raise ConfigError(f"expected a revision range 'A..B', 'A..' or 'A', got {rev_range!r}")
     paths = [p for p in _git(repo, "ls-tree", "-r", "-z", "--name-only", base).decode().split("\0")
-             if p.endswith(".py")]
-    before = RepoIndex.from_files(_blobs(repo, base, paths))
+             if p.endswith(".py") or p in PACKAGING_FILES]  # the packaging files name the source roots
+    before = RepoIndex.from_files(_blobs(repo, base, paths), source_roots)
     diff_args = ["diff", "--no-color", "--no-ext-diff", "-M", base] + ([head] if head else [])
     diff = _git(repo, *diff_args).decode("utf-8", "replace")
     touched = sorted({p for fd in parse_diff(diff) for p in (fd.new_path,) if p})

@@ -9,6 +9,8 @@ Guaranteed:
   (its defs, module-level bindings, class bases or star imports): then every file that imports it,
   directly or transitively, is re-linked;
 - ``copy`` shares parse trees and per-file facts (both treated as immutable) and copies the tables.
+- module names are import names: a file under a source root (``src/``, from the packaging data or the layout:
+  :mod:`repogym.envs.analysis.roots`) is named from that root.
 Not guaranteed: anything resolve.py says it does not model. Only ``.py`` files are indexed.
 """
 
@@ -23,6 +25,7 @@ import repogym.envs.analysis.extract as _extract
 from repogym.envs.analysis.extract import FileFacts, extract
 from repogym.envs.analysis.model import Reference, Symbol, SyntaxIssue, Unresolved
 from repogym.envs.analysis.resolve import Resolver
+from repogym.envs.analysis.roots import PACKAGING_FILES, module_for, source_roots
 from repogym.envs.errors import ConfigError
 
 _SKIP_DIRS = frozenset({"__pycache__", "build", "venv", "node_modules"})
@@ -80,11 +83,14 @@ class RepoIndex:
         self._callers: dict[str, dict[str, int]] = {}  # target -> {source: number of references}
         self._importers: dict[str, set[str]] = {}  # imported name (in the repo or not) -> paths
         self._cache: dict[str, list] = {}
+        self.source_roots: tuple[str, ...] = ("",)
+        """Folders module names start from (deepest first; ``""``, the repository root, last)."""
 
     # -- building ----------------------------------------------------------------------------
     @classmethod
-    def from_folder(cls, root) -> RepoIndex:
-        """Index every ``*.py`` under ``root`` (hidden folders, __pycache__, build, venv skipped)."""
+    def from_folder(cls, root, source_roots: Iterable[str] | None = None) -> RepoIndex:
+        """Index every ``*.py`` under ``root`` (hidden folders, __pycache__, build, venv skipped); source roots as
+        in :meth:`from_files`, read from the folder's packaging files."""
         root = Path(root)
         if not root.is_dir():
             raise ConfigError(f"expected a folder to index, got {str(root)!r}")
@@ -95,18 +101,24 @@ class RepoIndex:
                 if name.endswith(".py"):
                     full = Path(folder, name)
                     files[full.relative_to(root).as_posix()] = full.read_bytes()
-        return cls.from_files(files)
+        for name in PACKAGING_FILES:
+            if name not in files and (root / name).is_file():
+                files[name] = (root / name).read_bytes()
+        return cls.from_files(files, source_roots)
 
     @classmethod
-    def from_files(cls, files: dict[str, bytes]) -> RepoIndex:
-        """Index ``{relative path: source bytes}``; non-``.py`` paths and None sources are ignored."""
+    def from_files(cls, files: dict[str, bytes], source_roots: Iterable[str] | None = None) -> RepoIndex:
+        """Index ``{relative path: source bytes}``; only ``.py`` paths with a source are indexed. Module names
+        start from ``source_roots`` (folders; the repository root is always the last), by default those the
+        packaging files among ``files`` (``pyproject.toml``, ``setup.cfg``, ``setup.py``) or the layout give."""
         index = cls()
+        files = {_clean_path(p): s for p, s in files.items()}
+        index.source_roots = _roots(files, source_roots)
         for path, source in sorted(files.items()):
-            path = _clean_path(path)
             if source is None or not path.endswith(".py"):
                 continue
             source = _as_bytes(path, source)
-            index._add(extract(path, source, _extract.parse_source(source)))
+            index._add(extract(path, source, _extract.parse_source(source), index.source_roots))
         resolver = Resolver(index)
         for path in list(index._files):
             index._link(path, resolver)
@@ -126,6 +138,7 @@ class RepoIndex:
         new._callers = {k: dict(v) for k, v in self._callers.items()}
         new._importers = {k: set(v) for k, v in self._importers.items()}
         new._cache = {}
+        new.source_roots = self.source_roots
         return new
 
     def update_file(self, path: str, source: bytes | None) -> None:
@@ -143,7 +156,7 @@ class RepoIndex:
                 new_tree = _extract.parse_source(source, tree)
             else:
                 new_tree = _extract.parse_source(source)
-            new = extract(path, source, new_tree)
+            new = extract(path, source, new_tree, self.source_roots)
         if old is None and new is None:
             return
         if old is not None:
@@ -167,6 +180,10 @@ class RepoIndex:
         self._cache.clear()
 
     # -- queries -----------------------------------------------------------------------------
+    def module_of(self, path: str) -> str:
+        """The import name of the module at ``path`` (named from its source root)."""
+        return module_for(_clean_path(path), self.source_roots)
+
     @property
     def unresolved(self) -> list[Unresolved]:
         """Every unresolved use, by file then line."""
@@ -307,6 +324,14 @@ class RepoIndex:
                     seen_modules.add(user_module)
                     pending.append(user_module)
         return found
+
+
+def _roots(files: dict[str, bytes | None], given: Iterable[str] | None) -> tuple[str, ...]:
+    if given is None:
+        return source_roots(files)
+    roots = [str(r).replace("\\", "/").strip("/") for r in given]
+    roots = [r for r in dict.fromkeys(roots) if r not in ("", ".")]
+    return (*sorted(roots, key=lambda r: (-r.count("/"), r)), "")
 
 
 def _method_names(facts: FileFacts | None) -> set[str]:

@@ -31,13 +31,14 @@ _LOCK = threading.Lock()
 def base_index(task: Task) -> RepoIndex:
     """The index of the task's base commit (cached per snapshot)."""
     from repogym.envs.analysis import RepoIndex
+    from repogym.envs.analysis.roots import PACKAGING_FILES
     snap = snapshot(task)
     with _LOCK:
         if snap.key not in _BASE_INDEXES:
             files = {}
             with tarfile.open(fileobj=io.BytesIO(snap.tar)) as tar:
                 for member in tar.getmembers():
-                    if member.isfile() and member.name.endswith(".py"):
+                    if member.isfile() and (member.name.endswith(".py") or member.name in PACKAGING_FILES):
                         files[member.name] = tar.extractfile(member).read()
             if len(_BASE_INDEXES) > _MAX_BASE_INDEXES:
                 _BASE_INDEXES.clear()

@@ -141,7 +141,8 @@ def generate(source: str, config: GenerateConfig | None = None,
         sources = {s.file: (repo.path / s.file).read_bytes() for s in index.symbols.values()
                    if s.kind == "module" and not _is_test_file(s.file)}
         sources = {path: text for path, text in sources.items() if not _is_data_table(text, config)}
-        all_mutations = dedupe([m for path, text in sorted(sources.items()) for m in find_mutations(path, text, config.operators or OPERATORS)])
+        all_mutations = dedupe([m for path, text in sorted(sources.items())
+                                for m in find_mutations(path, text, config.operators or OPERATORS, index.module_of(path))])
         if config.horizon == "long":
             # Only a function some test reaches from afar can make a long task; the rest would cost a test run each.
             far = {f for f in {m.function for m in all_mutations}

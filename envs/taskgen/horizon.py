@@ -19,7 +19,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from repogym.envs.analysis.extract import module_name
 
 SEARCH_DEPTH = 12
 """How many calls away from a mutated function the graph is searched for tests."""
@@ -51,7 +50,7 @@ def reaches_from_afar(index, function: str, min_distance: int) -> bool:
 def nearest_target_files(index, test_symbol, is_test_file) -> set[str]:
     """Non-test files whose symbols the test's body references, or its module imports."""
     files = set()
-    for source in (test_symbol.name, module_name(test_symbol.file)):
+    for source in (test_symbol.name, index.module_of(test_symbol.file)):
         for ref in index.references(source):
             target = index.symbols.get(ref.target)
             if target is not None and not is_test_file(target.file):

@@ -101,10 +101,10 @@ def _is_inert(statement: Node) -> bool:
 class _File:
     """One parsed file plus the per-def facts (owner, qualified name, locals) the operators share."""
 
-    def __init__(self, path: str, source: bytes):
+    def __init__(self, path: str, source: bytes, module: str | None = None):
         self.path = path
         self.source = source
-        self.module = module_name(path)
+        self.module = module_name(path) if module is None else module
         self._owner: dict[int, Node | None] = {}
         self._locals: dict[int, list[str]] = {}
 
@@ -359,13 +359,14 @@ def _normalised(text: str) -> str:
     return _SPACE.sub(" ", text).strip()
 
 
-def find_mutations(path: str, source: bytes, operators=OPERATORS) -> list[Mutation]:
-    """Every candidate mutation of ``operators`` inside the function bodies of ``path``, in source order."""
+def find_mutations(path: str, source: bytes, operators=OPERATORS, module: str | None = None) -> list[Mutation]:
+    """Every candidate mutation of ``operators`` inside the function bodies of ``path``, in source order; functions
+    are named in ``module`` (default: from the path; give the index's name for a file under a source root)."""
     chosen = {op: OPERATORS.resolve(op) for op in operators}  # a miss is a ConfigError naming every operator
     tree = parse_source(source)
     if tree.root_node.has_error:
         return []  # every mutation would fail the parse filter, and the file is no good base for a task
-    f = _File(path, source)
+    f = _File(path, source, module)
     captures = QueryCursor(_QUERY).captures(tree.root_node)
     if "return_wrong_variable" in operators:
         for store in sorted(captures.get("store", ()), key=lambda n: n.start_byte):

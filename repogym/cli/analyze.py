@@ -21,6 +21,9 @@ def add_parser(sub) -> None:
     source.add_argument("--rev", metavar="A..B", help="compare two revisions ('A..' = A against the working tree)")
     parser.add_argument("--json", action="store_true", help="print the analysis as JSON")
     parser.add_argument("--depth", type=int, default=3, help="how far to follow dependents (default: 3)")
+    parser.add_argument("--source-root", action="append", metavar="DIR", dest="source_roots",
+                        help="a folder import names start from, relative to --repo (repeatable; default: read from "
+                             "pyproject.toml / setup.cfg / setup.py, else src/ when it holds a package)")
     parser.set_defaults(func=run)
 
 
@@ -34,7 +37,7 @@ def run(args) -> int:
     if args.diff is not None:
         import sys
         diff = sys.stdin.read() if args.diff == "-" else Path(args.diff).read_text(encoding="utf-8")
-        before = RepoIndex.from_folder(repo)
+        before = RepoIndex.from_folder(repo, args.source_roots)
         after_files: dict[str, bytes | None] = {}
         for fd in parse_diff(diff):
             current = Path(repo, fd.old_path).read_bytes() if fd.old_path and Path(repo, fd.old_path).is_file() else None
@@ -43,7 +46,7 @@ def run(args) -> int:
             if fd.new_path:
                 after_files[fd.new_path] = apply_patch(current, fd)
     else:
-        before, diff, after_files = diff_between_revs(repo, args.rev or "HEAD..")
+        before, diff, after_files = diff_between_revs(repo, args.rev or "HEAD..", args.source_roots)
     analysis = analyze_diff(before, diff, after_files, max_depth=args.depth)
     print(json.dumps(analysis.to_dict(), indent=1) if args.json else analysis.render())
     return 0
