@@ -482,3 +482,138 @@ def test_source_roots_given_override_and_a_flat_project_keeps_its_names(tmp_path
     result = json.loads(capsys.readouterr().out)
     assert [c["name"] for c in result["changed"]] == ["cart.core.total"]
     assert [t["test_id"] for t in result["tests"]] == ["tests/test_c.py::test_t"]
+
+
+# -- receiver types: a method call through a variable whose class the syntax pins ---------------------------------
+_SHOP = {
+    "shop/__init__.py": b"",
+    "shop/cart.py": b'''from typing import Optional
+
+
+class Cart:
+    def __init__(self, region):
+        self.region = region
+
+    def total(self):
+        return 1
+
+    def total_in_cents(self):
+        return 100
+
+
+class Ledger:
+    def __init__(self):
+        self.cart = Cart("eu")
+        self.spare: "Cart | None" = None
+
+    def settle(self):
+        return self.cart.total() + self.spare.total_in_cents()
+
+
+def make_cart() -> "Cart":
+    return Cart("us")
+
+
+def describe(cart: Cart):
+    return cart.total_in_cents()
+
+
+def maybe(cart: Optional[Cart] = None, other: "Cart" = None, third: Cart | None = None):
+    return cart.total(), other.total(), third.total()
+
+
+def built():
+    c = make_cart()
+    return c.total()
+
+
+def opened():
+    with Cart("eu") as c:
+        return c.total_in_cents()
+
+
+def ambiguous(flag):
+    x = Cart("eu") if flag else None
+    y = Cart("eu")
+    y = Ledger()
+    return x.total(), y.total()
+''',
+    "tests/conftest.py": b'''import pytest
+
+from shop.cart import Cart
+
+
+@pytest.fixture
+def cart():
+    yield Cart("eu")
+
+
+@pytest.fixture
+def annotated() -> Cart:
+    return make()
+''',
+    "tests/test_cart.py": b'''import pytest
+
+from shop.cart import Cart, Ledger
+
+
+@pytest.fixture
+def ledger():
+    return Ledger()
+
+
+def test_built_in_the_test():
+    c = Cart("eu")
+    assert c.total() == 1
+
+
+def test_fixture_from_conftest(cart):
+    assert cart.total_in_cents() == 100
+
+
+def test_annotated_fixture(annotated):
+    assert annotated.total()
+
+
+def test_fixture_in_this_file(ledger):
+    assert ledger.settle()
+
+
+def test_untyped(thing):
+    assert thing.total()
+''',
+}
+
+
+def _callers(index, qname):
+    return {s.name for s, _ in index.dependents([qname], max_depth=1)}
+
+
+def test_receiver_types_from_constructors_annotations_attributes_and_fixtures():
+    index = RepoIndex.from_files(_SHOP)
+    total, cents = _callers(index, "shop.cart.Cart.total"), _callers(index, "shop.cart.Cart.total_in_cents")
+    assert {"shop.cart.describe", "shop.cart.opened", "shop.cart.Ledger.settle"} <= cents
+    assert {"shop.cart.maybe", "shop.cart.built", "shop.cart.Ledger.settle"} <= total
+    assert "tests.test_cart.test_built_in_the_test" in total  # c = Cart("eu"); c.total()
+    assert "tests.test_cart.test_fixture_from_conftest" in cents  # the conftest fixture yields a Cart
+    assert "tests.test_cart.test_annotated_fixture" in total  # the fixture's return annotation
+    assert "tests.test_cart.test_fixture_in_this_file" in _callers(index, "shop.cart.Ledger.settle")
+    # Covering tests now reach through typed receivers, two calls deep.
+    assert {s.test_id for s in index.tests_reaching(["shop.cart.Cart.total"])} >= {
+        "tests/test_cart.py::test_built_in_the_test", "tests/test_cart.py::test_annotated_fixture",
+        "tests/test_cart.py::test_fixture_in_this_file"}
+    # Not guessed: a name bound to two classes, a conditional value, an untyped parameter with no fixture.
+    assert "shop.cart.ambiguous" not in total and "tests.test_cart.test_untyped" not in total
+    unresolved = {(u.file, u.expression) for u in index.unresolved if u.reason == "dynamic dispatch"}
+    assert {("shop/cart.py", "x.total"), ("shop/cart.py", "y.total"), ("tests/test_cart.py", "thing.total")} <= unresolved
+
+
+def test_receiver_types_follow_incremental_updates():
+    index = RepoIndex.from_files(_SHOP)
+    # The conftest fixture stops building a Cart: the test that used it is no longer a caller, as a fresh index says.
+    new = _SHOP["tests/conftest.py"].replace(b'yield Cart("eu")', b"yield object()")
+    index.update_file("tests/conftest.py", new)
+    fresh = RepoIndex.from_files({**_SHOP, "tests/conftest.py": new})
+    assert "tests.test_cart.test_fixture_from_conftest" not in _callers(index, "shop.cart.Cart.total_in_cents")
+    assert _callers(index, "shop.cart.Cart.total_in_cents") == _callers(fresh, "shop.cart.Cart.total_in_cents")
+    assert index.unresolved == fresh.unresolved

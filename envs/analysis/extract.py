@@ -29,6 +29,7 @@ PY_LANGUAGE = Language(tree_sitter_python.language())
 _PARSER = Parser(PY_LANGUAGE)
 
 VAR = ("var",)  # a name bound to a value we do not track (assignment, parameter, loop variable)
+TYPED = "typed"  # a binding (TYPED, (how, chain)): a name whose class the syntax pins, see _type_of
 MODULE_SCOPE = -1
 
 # Names bound by assignments and for loops; shared with the mutation operators (repogym.envs.taskgen.mutations).
@@ -73,6 +74,7 @@ _QUERY = Query(PY_LANGUAGE, """
 (lambda_parameters (list_splat_pattern (identifier) @store))
 (lambda_parameters (dictionary_splat_pattern (identifier) @store))
 (global_statement (identifier) @global)
+(assignment left: (attribute object: (identifier)) @attr_store)
 (parameters (identifier) @param)
 (parameters (default_parameter name: (identifier) @param))
 (parameters (typed_parameter (identifier) @param))
@@ -124,6 +126,8 @@ class DefFacts:
     bases: tuple = ()  # dotted chains (tuples of names) of the class's bases; non-dotted bases are skipped
     has_opaque_base: bool = False  # a base we cannot even read as a dotted name (``namedtuple(...)``)
     self_name: str | None = None  # first parameter of a method that is not a staticmethod
+    returns: tuple | None = None  # the dotted class its return annotation names (``-> Cart``, ``-> "Cart | None"``)
+    fixture: tuple | None = None  # a pytest fixture's value: (how, chain) as in _type_of, or None
     test_id: str | None = None
 
 
@@ -149,6 +153,8 @@ class FileFacts:
     syntax_issue: SyntaxIssue | None = None
     symbols: list[Symbol] = field(default_factory=list)
     interface: tuple = ()
+    instance_attrs: dict = field(default_factory=dict)  # class def index -> {attr: (method scope, (how, chain))}
+    untyped_params: set = field(default_factory=set)  # (scope, name) of test parameters a fixture may type
 
     def scope_at(self, byte: int) -> int:
         """Index of the innermost def whose span (decorators included) contains ``byte``."""
@@ -256,6 +262,7 @@ def extract(path: str, source: bytes, tree: Tree, roots: tuple[str, ...] = ("",)
         bind(scope_at(node.start_byte), _text(node), VAR)
     for node in caps.get("store", ()):
         bind(scope_at(node.start_byte), _text(node), VAR)
+    _type_bindings(facts, caps)
     for node in caps.get("global", ()):
         scope = scope_at(node.start_byte)
         if scope >= 0:
@@ -314,6 +321,9 @@ def _collect_defs(facts: FileFacts, nodes, test_file: bool) -> None:
             returns = node.child_by_field_name("return_type")
             if returns is not None:
                 signature += " -> " + _normalise(_text(returns))
+                info.returns = annotation_chain(_text(returns))
+            if decorated and any(c.type == "decorator" and _FIXTURE.match(_text(c)) for c in start_node.children):
+                info.fixture = ("ann", info.returns) if info.returns else _fixture_value(node)
             info.signature = signature
             if in_class and params is not None:
                 first = [c for c in params.named_children if c.type != "comment"][:1]
@@ -484,8 +494,126 @@ def _symbols(facts: FileFacts) -> list[Symbol]:
 
 def _interface(facts: FileFacts) -> tuple:
     """What other files can see of this one; when it is unchanged, their resolution is unchanged."""
-    defs = tuple((d.qname, d.kind, d.bases, d.has_opaque_base, d.self_name is not None) for d in facts.defs)
+    defs = tuple((d.qname, d.kind, d.bases, d.has_opaque_base, d.self_name is not None, d.returns, d.fixture)
+                 for d in facts.defs)
     class_tables = tuple(tuple(sorted(facts.scope_bindings[i].items()))
                          for i, d in enumerate(facts.defs) if d.kind == "class")
+    attrs = tuple(sorted((i, tuple(sorted(a.items()))) for i, a in facts.instance_attrs.items()))
     return (facts.module, defs, tuple(sorted(facts.module_bindings.items())), class_tables,
-            tuple((s[0], s[1]) for s in facts.star_imports))
+            tuple((s[0], s[1]) for s in facts.star_imports), attrs)
+
+
+# -- receiver types: local, syntactic, never guessed ------------------------------------------------------------
+_OPTIONAL = re.compile(r"(?:typing\.)?Optional\[(.+)\]\Z")
+_UNION = re.compile(r"(?:typing\.)?Union\[(.+)\]\Z")
+_FIXTURE = re.compile(r"@\s*(?:pytest\s*\.\s*)?fixture\b")
+
+
+def annotation_chain(text: str) -> tuple | None:
+    """The class an annotation names: ``Cart``, ``m.Cart``, ``"Cart"``, ``Optional[Cart]``, ``Cart | None``,
+    ``Union[Cart, None]``; None for anything else (generics, unions of classes)."""
+    text = _SPACE.sub("", text)
+    for _ in range(4):
+        text = text.strip("'\"")
+        optional = _OPTIONAL.match(text)
+        if optional:
+            text = optional.group(1)
+            continue
+        union = _UNION.match(text)
+        if union:
+            text = union.group(1).replace(",", "|")
+        if "|" in text:
+            if "[" in text:
+                return None
+            parts = [p.strip("'\"") for p in text.split("|") if p.strip("'\"") != "None"]
+            if len(parts) != 1:
+                return None
+            text = parts[0]
+            continue
+        break
+    return _dotted(text)
+
+
+def _constructed(value: Node | None) -> tuple | None:
+    """("new", callee chain) when ``value`` is a call of a dotted name (a class, or a function whose return
+    annotation names one: the resolver decides), else None."""
+    if value is not None and value.type == "call":
+        fn = value.child_by_field_name("function")
+        chain = _dotted(_text(fn)) if fn is not None and fn.type in ("identifier", "attribute") else None
+        if chain:
+            return ("new", chain)
+    return None
+
+
+def _type_of(node: Node) -> tuple | None:
+    """What one binding of a name says of its class: a parameter or variable annotation (``("ann", chain)``), an
+    assignment from a call or ``with CALL as name`` (``("new", chain)``); None when it says nothing."""
+    parent = node.parent
+    if parent is None:
+        return None
+    if parent.type in ("typed_parameter", "typed_default_parameter"):
+        annotation = parent.child_by_field_name("type")
+        chain = annotation_chain(_text(annotation)) if annotation is not None else None
+        return ("ann", chain) if chain else None
+    if parent.type == "assignment" and parent.child_by_field_name("left") == node:
+        annotation = parent.child_by_field_name("type")
+        if annotation is not None:
+            chain = annotation_chain(_text(annotation))
+            return ("ann", chain) if chain else None
+        return _constructed(parent.child_by_field_name("right"))
+    if parent.type == "as_pattern_target" and parent.parent is not None and parent.parent.type == "as_pattern":
+        return _constructed(parent.parent.named_children[0] if parent.parent.named_children else None)
+    return None
+
+
+def _fixture_value(function: Node) -> tuple | None:
+    """A fixture's value when every ``return``/``yield`` of its body (outside nested defs) builds the same class."""
+    found: set = set()
+    stack = [function.child_by_field_name("body")]
+    while stack:
+        node = stack.pop()
+        if node is None or node.type in ("function_definition", "class_definition", "lambda"):
+            continue
+        if node.type in ("return_statement", "yield"):
+            values = [c for c in node.named_children]
+            found.add(_constructed(values[0]) if values else None)
+            continue
+        stack.extend(node.named_children)
+    return found.pop() if len(found) == 1 else None
+
+
+def _type_bindings(facts: FileFacts, caps: dict) -> None:
+    """Give a name a TYPED binding where every binding of it in its scope pins the same class; record the typed
+    ``self.attr = ...`` of methods, and the test parameters a pytest fixture may type."""
+    seen: dict[tuple[int, str], set] = {}
+    for kind in ("param", "store"):
+        for node in caps.get(kind, ()):
+            seen.setdefault((facts.scope_at(node.start_byte), _text(node)), set()).add(_type_of(node))
+    for (scope, name), types in seen.items():
+        table = facts.module_bindings if scope < 0 else facts.scope_bindings[scope]
+        if len(types) == 1 and None not in types and table.get(name) is VAR:
+            table[name] = (TYPED, next(iter(types)))
+    for node in caps.get("param", ()):
+        scope = facts.scope_at(node.start_byte)
+        d = facts.defs[scope] if scope >= 0 else None
+        if d is not None and d.test_id is not None and node.parent is not None and node.parent.type == "parameters":
+            facts.untyped_params.add((scope, _text(node)))
+    attrs: dict[int, dict[str, set]] = {}
+    for node in caps.get("attr_store", ()):
+        scope = facts.scope_at(node.start_byte)
+        d = facts.defs[scope] if scope >= 0 else None
+        obj, attr = node.child_by_field_name("object"), node.child_by_field_name("attribute")
+        if d is None or d.self_name is None or obj is None or attr is None or _text(obj) != d.self_name:
+            continue
+        assignment = node.parent
+        annotation = assignment.child_by_field_name("type")
+        if annotation is not None:
+            chain = annotation_chain(_text(annotation))
+            typed = ("ann", chain) if chain else None
+        else:
+            typed = _constructed(assignment.child_by_field_name("right"))
+        attrs.setdefault(d.parent, {}).setdefault(_text(attr), set()).add((scope, typed) if typed else None)
+    for cls, table in attrs.items():
+        kinds = {name: {t[1] for t in v if t} for name, v in table.items() if None not in v}
+        facts.instance_attrs[cls] = {name: next(t for t in table[name] if t) for name, k in kinds.items()
+                                     if len(k) == 1}

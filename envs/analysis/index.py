@@ -171,6 +171,9 @@ class RepoIndex:
             changed_methods = _method_names(old) ^ _method_names(new)
             if changed_methods:
                 affected |= {p for p, link in self._links.items() if link[3] & changed_methods}
+            if path.rpartition("/")[2] == "conftest.py":  # its fixtures type the parameters of tests below it
+                folder = path.rpartition("/")[0]
+                affected |= {p for p in self._files if not folder or p.startswith(folder + "/")}
         resolver = Resolver(self)
         for other in sorted(affected):
             if other in self._files:

@@ -8,14 +8,20 @@ inherited). A use that names nothing in the repository (builtins, other librarie
 purpose; one that might be repository code but cannot be pinned is reported as ``Unresolved``:
 ``dynamic dispatch`` (a call ``obj.m()`` on an object of unknown type where some repository class
 defines ``m``), ``unknown name`` (a call of an unbound name, or of a name a repository module lacks).
-Not modelled: variable types (``x = C(); x.m()`` is dynamic dispatch), ``__getattr__``, monkeypatching.
+Receiver types are inferred locally and only where the syntax pins them (``extract._type_bindings``): a name
+whose every binding in its scope is a call of one class (``c = Cart()``, ``with Cart() as c``), or of a function
+whose return annotation names a class, or an annotation naming one (``cart: Cart``, ``Optional[Cart]``,
+``"Cart | None"``); ``self.attr = Cart()`` (or annotated) in a method types ``self.attr`` for the whole class; a
+test's parameter takes the type of the pytest fixture of that name (same file, then ``conftest.py`` upwards) whose
+return annotation names a class or whose every return/yield builds one. Anything else stays an object of unknown
+type (``dynamic dispatch`` when called). Not modelled: flow-sensitive types, ``__getattr__``, monkeypatching.
 """
 
 from __future__ import annotations
 
 import builtins
 
-from repogym.envs.analysis.extract import VAR, FileFacts
+from repogym.envs.analysis.extract import MODULE_SCOPE, TYPED, VAR, FileFacts
 from repogym.envs.analysis.model import Reference, Unresolved
 
 EXTERNAL = ("external",)  # resolves outside the repository (builtin, other library): not reported
@@ -45,7 +51,9 @@ class Resolver:
         self.modules = index._modules
         self.packages = index._packages
         self.method_names = index._method_names
+        self.files = index._files
         self._bases: dict[str, tuple[list[str], bool]] = {}
+        self._typing: set = set()  # typed bindings being resolved (a cycle such as ``c = c()`` stops here)
 
     # -- names -------------------------------------------------------------------------------
     def name(self, facts: FileFacts, scope: int, name: str) -> tuple:
@@ -62,11 +70,13 @@ class Resolver:
                 if binding is not None:
                     if binding is VAR and d.self_name == name:
                         return ("instance", defs[d.parent].qname)
-                    return self.binding(facts, binding, 0)
+                    if binding is VAR and (scope, name) in facts.untyped_params:
+                        return self.fixture(facts, name)
+                    return self.binding(facts, binding, 0, scope)
             scope = d.parent
         binding = facts.module_bindings.get(name)
         if binding is not None:
-            return self.binding(facts, binding, 0)
+            return self.binding(facts, binding, 0, MODULE_SCOPE)
         for _scope, star_module, _line, _text in facts.star_imports:
             if star_module is None:
                 continue
@@ -77,14 +87,74 @@ class Resolver:
             return EXTERNAL
         return UNBOUND
 
-    def binding(self, facts: FileFacts, binding: tuple, hops: int) -> tuple:
+    def binding(self, facts: FileFacts, binding: tuple, hops: int, scope: int = MODULE_SCOPE) -> tuple:
         kind = binding[0]
+        if kind == TYPED:
+            return self.typed(facts, binding[1], scope)
         if kind == "def":
             return ("sym", binding[1])
         if kind == "module":
             return self.module(binding[1])
         if kind == "from":
             return self.member(binding[1], binding[2], hops + 1)
+        return OBJECT
+
+    def typed(self, facts: FileFacts, typed: tuple, scope: int) -> tuple:
+        """The instance a typed binding pins (``typed``: ("new" | "ann", chain) seen from ``scope``), else OBJECT."""
+        how, chain = typed
+        key = (facts.path, scope, chain)
+        if key in self._typing or len(self._typing) > _MAX_HOPS:
+            return OBJECT
+        self._typing.add(key)
+        try:
+            made = self.chain(facts, scope, chain)
+            if made[0] != "sym":
+                return OBJECT
+            if self._is_class(made[1]):
+                return ("instance", made[1])
+            entry = self.defs.get(made[1])
+            if how == "new" and entry is not None:
+                d = entry[0].defs[entry[1]]
+                if d.returns:  # a factory: ``def make() -> Cart``
+                    returned = self.chain(entry[0], d.parent, d.returns)
+                    if returned[0] == "sym" and self._is_class(returned[1]):
+                        return ("instance", returned[1])
+            return OBJECT
+        finally:
+            self._typing.discard(key)
+
+    def fixture(self, facts: FileFacts, name: str) -> tuple:
+        """A test parameter: the instance its pytest fixture builds (this file first, then each ``conftest.py``
+        from the test's folder up), else OBJECT."""
+        folder = facts.path.rpartition("/")[0]
+        candidates = [facts]
+        while True:
+            conftest = self.files.get(f"{folder}/conftest.py" if folder else "conftest.py")
+            if conftest is not None and conftest is not facts:
+                candidates.append(conftest)
+            if not folder:
+                break
+            folder = folder.rpartition("/")[0]
+        for source in candidates:
+            for d in source.defs:
+                if d.name == name and d.fixture is not None and d.kind in ("function", "method"):
+                    return self.typed(source, d.fixture, d.parent)
+        return OBJECT
+
+    def instance_attr(self, cls: str, attr: str) -> tuple:
+        """``obj.attr`` on an instance of ``cls``: the instance a typed ``self.attr = ...`` of a method of ``cls``
+        (or of a repository base) pins, else OBJECT."""
+        seen, stack = set(), [cls]
+        while stack and len(seen) <= _MAX_HOPS:
+            current = stack.pop(0)
+            if current in seen or current not in self.defs:
+                continue
+            seen.add(current)
+            facts, idx = self.defs[current]
+            found = facts.instance_attrs.get(idx, {}).get(attr)
+            if found is not None:
+                return self.typed(facts, found[1], found[0])
+            stack[0:0] = self.bases(current)[0]
         return OBJECT
 
     def module(self, name: str) -> tuple:
@@ -202,9 +272,13 @@ class Resolver:
             elif kind == "module":
                 result = self.member(result[1], attr, 1)
             elif kind == "instance":
-                result = self.in_class(result[1], attr)
-                if result[0] == "missing":
-                    result = ("dispatch", attr)  # an instance attribute, or a method of a subclass
+                cls = result[1]
+                result = self.in_class(cls, attr)
+                if result[0] == "missing" or result is OBJECT:
+                    typed = self.instance_attr(cls, attr)
+                    # an instance attribute of a pinned type; else of unknown type, or a method of a subclass
+                    result = typed if typed[0] == "instance" else ("dispatch", attr) if result[0] == "missing" \
+                        else OBJECT
             elif result is OBJECT or kind == "dispatch":
                 result = ("dispatch", attr)
             else:
