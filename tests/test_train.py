@@ -394,6 +394,33 @@ def test_held_out_success_is_split_by_why_the_task_is_held_out(tmp_path):
                                                           "project": {"successes": 1, "episodes": 1}}
 
 
+@pytest.mark.slow
+def test_sft_continue_from_a_warm_model_collects_its_demonstrations_before_the_policy_fleet(sft_model, tmp_path,
+                                                                                              monkeypatch):
+    """The study's control arm (model.path, no warm start of its own): the demonstrations' rollout workers must run
+    before the policy's fleet takes the cluster's CPUs, or on a full Ray cluster they wait forever."""
+    config = _config(tmp_path / "run", model={"path": str(sft_model)},
+                     sft={"steps": 0, "batch_size": 2, "agent": "oracle", "agent_options": {"style": "edit"}},
+                     train={"steps": 1, "control": "sft_continue", "eval_every": 0})
+    trainer = Trainer(config, progress=False)
+    order: list[str] = []
+    make_fleet, collect = trainer._make_fleet, trainer.sft_samples
+
+    def spy_fleet(spec):
+        order.append("oracle fleet" if spec.agent == "oracle" else "policy fleet")
+        return make_fleet(spec)
+
+    def spy_collect():
+        order.append("collect")
+        return collect()
+
+    monkeypatch.setattr(trainer, "_make_fleet", spy_fleet)
+    monkeypatch.setattr(trainer, "sft_samples", spy_collect)
+    trainer.run()
+    assert order == ["collect", "oracle fleet", "policy fleet"]
+    assert "sft/loss" in _metrics(tmp_path / "run")[-1]
+
+
 def test_seed_runs_differ_in_seed_and_folder_and_their_curves_get_a_spread(tmp_path):
     from repogym.trainer.seeds import seed_configs, spread, spread_table
 

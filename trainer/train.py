@@ -311,6 +311,10 @@ class Trainer:
         try:
             if c.sft.steps > 0 and not self.sft_done:
                 self.warm_start()
+            if c.train.control == "sft_continue":
+                # Collecting demonstrations needs rollout workers of its own: before the policy's fleet holds the
+                # cluster's CPUs (on a full cluster the collection would wait for them forever).
+                self._demonstrations()
             self.fleet = self._make_fleet(self._spec())
             self._push_weights()
             if self.step == 0 and c.train.eval_every and c.train.eval_at_start:
@@ -362,6 +366,13 @@ class Trainer:
             raise ConfigError(f"SFT warm start found no successful trajectories (agent {s.agent!r})")
         return [Sample(q.ids, q.mask, q.logprobs) for q in sequences]
 
+    def _demonstrations(self) -> list[Sample]:
+        """The SFT data, collected (or read) once per run."""
+        if self._sft_data is None:
+            self._sft_data = self.sft_samples()
+            self._sft_order, self._sft_rng = [], random.Random(self.config.seed)
+        return self._sft_data
+
     def sft_update(self) -> dict[str, float]:
         """One SFT update (``sft.batch_size`` sequences at ``sft.lr``) on the SFT data; epochs over a reshuffled
         order, so every sequence is seen equally often. The warm start, and each step of the ``sft_continue``
@@ -369,10 +380,7 @@ class Trainer:
         from repogym.trainer.algorithms.sft import SFT, SFTConfig
 
         s = self.config.sft
-        if self._sft_data is None:
-            self._sft_data = self.sft_samples()
-            self._sft_order, self._sft_rng = [], random.Random(self.config.seed)
-        data = self._sft_data
+        data = self._demonstrations()
         while len(self._sft_order) < s.batch_size:
             self._sft_order += self._sft_rng.sample(range(len(data)), len(data))
         batch, self._sft_order = [data[i] for i in self._sft_order[:s.batch_size]], self._sft_order[s.batch_size:]

@@ -127,6 +127,7 @@ class DefFacts:
     has_opaque_base: bool = False  # a base we cannot even read as a dotted name (``namedtuple(...)``)
     self_name: str | None = None  # first parameter of a method that is not a staticmethod
     returns: tuple | None = None  # the dotted class its return annotation names (``-> Cart``, ``-> "Cart | None"``)
+    is_fixture: bool = False  # decorated with ``pytest.fixture``
     fixture: tuple | None = None  # a pytest fixture's value: (how, chain) as in _type_of, or None
     test_id: str | None = None
 
@@ -323,6 +324,7 @@ def _collect_defs(facts: FileFacts, nodes, test_file: bool) -> None:
                 signature += " -> " + _normalise(_text(returns))
                 info.returns = annotation_chain(_text(returns))
             if decorated and any(c.type == "decorator" and _FIXTURE.match(_text(c)) for c in start_node.children):
+                info.is_fixture = True
                 info.fixture = ("ann", info.returns) if info.returns else _fixture_value(node)
             info.signature = signature
             if in_class and params is not None:
@@ -344,11 +346,13 @@ def _collect_defs(facts: FileFacts, nodes, test_file: bool) -> None:
 
 
 def _test_id(path: str, defs: list[DefFacts], parent: int, name: str) -> str | None:
-    """Pytest node id for a test function or a test method of (nested) ``Test*`` classes."""
+    """Pytest node id for a test function or a test method of (nested) ``Test*`` classes, or of a class whose bases
+    name ``TestCase`` (pytest collects unittest cases whatever their name)."""
     names = [name]
     while parent >= 0:
         owner = defs[parent]
-        if owner.kind != "class" or not owner.name.startswith("Test"):
+        unittest_case = any(base[-1] in ("TestCase", "IsolatedAsyncioTestCase") for base in owner.bases)
+        if owner.kind != "class" or not (owner.name.startswith("Test") or unittest_case):
             return None
         names.append(owner.name)
         parent = owner.parent
@@ -453,6 +457,14 @@ def _collect_uses(facts: FileFacts, caps: dict) -> None:
         end = -neg_end
         chain = _dotted(source[start:end].decode("utf-8", "replace"))
         if chain is None:
+            obj, attr = node.child_by_field_name("object"), node.child_by_field_name("attribute")
+            if (start, end) in callee_spans or obj is None or attr is None or obj.type != "call":
+                continue
+            fn = obj.child_by_field_name("function")
+            fn_chain = _dotted(_text(fn)) if fn is not None and fn.type in ("identifier", "attribute") else None
+            if fn_chain is not None and fn_chain != ("super",):  # ``Cls(...).prop``: a property of an instance
+                refs.append((*scopes_at(start), node.start_point[0] + 1, "attribute", ("<call>", fn_chain, _text(attr)),
+                             _normalise(_text(node))[:80], "call"))
             continue
         seen_starts.add(start)  # shorter chains at the same start are prefixes of this one
         if (start, end) in callee_spans:
@@ -494,7 +506,8 @@ def _symbols(facts: FileFacts) -> list[Symbol]:
 
 def _interface(facts: FileFacts) -> tuple:
     """What other files can see of this one; when it is unchanged, their resolution is unchanged."""
-    defs = tuple((d.qname, d.kind, d.bases, d.has_opaque_base, d.self_name is not None, d.returns, d.fixture)
+    defs = tuple((d.qname, d.kind, d.bases, d.has_opaque_base, d.self_name is not None, d.returns, d.is_fixture,
+                  d.fixture)
                  for d in facts.defs)
     class_tables = tuple(tuple(sorted(facts.scope_bindings[i].items()))
                          for i, d in enumerate(facts.defs) if d.kind == "class")
@@ -504,34 +517,57 @@ def _interface(facts: FileFacts) -> tuple:
 
 
 # -- receiver types: local, syntactic, never guessed ------------------------------------------------------------
-_OPTIONAL = re.compile(r"(?:typing\.)?Optional\[(.+)\]\Z")
-_UNION = re.compile(r"(?:typing\.)?Union\[(.+)\]\Z")
 _FIXTURE = re.compile(r"@\s*(?:pytest\s*\.\s*)?fixture\b")
 
 
 def annotation_chain(text: str) -> tuple | None:
     """The class an annotation names: ``Cart``, ``m.Cart``, ``"Cart"``, ``Optional[Cart]``, ``Cart | None``,
-    ``Union[Cart, None]``; None for anything else (generics, unions of classes)."""
+    ``Union[Cart, None]``, ``Result[T]`` (a generic class itself); None for anything else (a union of classes)."""
     text = _SPACE.sub("", text)
-    for _ in range(4):
+    for _ in range(6):
         text = text.strip("'\"")
-        optional = _OPTIONAL.match(text)
-        if optional:
-            text = optional.group(1)
+        head, inner = _subscript(text)
+        if head in ("Optional", "typing.Optional"):
+            text = inner
             continue
-        union = _UNION.match(text)
-        if union:
-            text = union.group(1).replace(",", "|")
-        if "|" in text:
-            if "[" in text:
-                return None
-            parts = [p.strip("'\"") for p in text.split("|") if p.strip("'\"") != "None"]
-            if len(parts) != 1:
-                return None
+        parts = _top_level(inner, ",") if head in ("Union", "typing.Union") else _top_level(text, "|")
+        parts = [p.strip("'\"") for p in parts if p.strip("'\"") != "None"]
+        if len(parts) != 1:
+            return None
+        if parts[0] != text:
             text = parts[0]
             continue
         break
-    return _dotted(text)
+    head, _ = _subscript(text)  # ``Result[T]``: the class itself (containers resolve outside the repository)
+    return _dotted(head or text)
+
+
+def _subscript(text: str) -> tuple[str | None, str]:
+    """(``X``, ``inside``) when ``text`` is one whole ``X[inside]``, else (None, "")."""
+    opening = text.find("[")
+    if opening <= 0 or not text.endswith("]"):
+        return None, ""
+    depth = 0
+    for i, char in enumerate(text[opening:], opening):
+        depth += char == "["
+        depth -= char == "]"
+        if depth == 0:
+            return (text[:opening], text[opening + 1:-1]) if i == len(text) - 1 else (None, "")
+    return None, ""
+
+
+def _top_level(text: str, sep: str) -> list[str]:
+    """``text`` split at ``sep`` outside brackets."""
+    parts, depth, current = [], 0, []
+    for char in text:
+        depth += char == "["
+        depth -= char == "]"
+        if char == sep and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    return parts + ["".join(current)]
 
 
 def _constructed(value: Node | None) -> tuple | None:
@@ -591,12 +627,16 @@ def _type_bindings(facts: FileFacts, caps: dict) -> None:
             seen.setdefault((facts.scope_at(node.start_byte), _text(node)), set()).add(_type_of(node))
     for (scope, name), types in seen.items():
         table = facts.module_bindings if scope < 0 else facts.scope_bindings[scope]
+        declared = {t for t in types if t and t[0] == "ann"}  # a declared type holds for every binding
+        if declared:
+            types = declared
         if len(types) == 1 and None not in types and table.get(name) is VAR:
             table[name] = (TYPED, next(iter(types)))
     for node in caps.get("param", ()):
         scope = facts.scope_at(node.start_byte)
         d = facts.defs[scope] if scope >= 0 else None
-        if d is not None and d.test_id is not None and node.parent is not None and node.parent.type == "parameters":
+        if (d is not None and (d.test_id is not None or d.is_fixture or d.name.startswith("test"))
+                and node.parent is not None and node.parent.type in ("parameters", "typed_parameter")):
             facts.untyped_params.add((scope, _text(node)))
     attrs: dict[int, dict[str, set]] = {}
     for node in caps.get("attr_store", ()):
@@ -607,11 +647,15 @@ def _type_bindings(facts: FileFacts, caps: dict) -> None:
             continue
         assignment = node.parent
         annotation = assignment.child_by_field_name("type")
+        right = assignment.child_by_field_name("right")
         if annotation is not None:
             chain = annotation_chain(_text(annotation))
             typed = ("ann", chain) if chain else None
+        elif right is not None and right.type == "identifier":  # ``self.root = root``, ``root: TagTracer``
+            local = facts.scope_bindings[scope].get(_text(right))
+            typed = local[1] if local is not None and local[0] == TYPED else None
         else:
-            typed = _constructed(assignment.child_by_field_name("right"))
+            typed = _constructed(right)
         attrs.setdefault(d.parent, {}).setdefault(_text(attr), set()).add((scope, typed) if typed else None)
     for cls, table in attrs.items():
         kinds = {name: {t[1] for t in v if t} for name, v in table.items() if None not in v}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SYMBOL_KINDS = ("module", "class", "function", "method")
-REFERENCE_KINDS = ("call", "attribute", "import", "name")
+REFERENCE_KINDS = ("call", "attribute", "import", "name", "fixture")
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ Receiver types are inferred locally and only where the syntax pins them (``extra
 whose every binding in its scope is a call of one class (``c = Cart()``, ``with Cart() as c``), or of a function
 whose return annotation names a class, or an annotation naming one (``cart: Cart``, ``Optional[Cart]``,
 ``"Cart | None"``); ``self.attr = Cart()`` (or annotated) in a method types ``self.attr`` for the whole class; a
-test's parameter takes the type of the pytest fixture of that name (same file, then ``conftest.py`` upwards) whose
-return annotation names a class or whose every return/yield builds one. Anything else stays an object of unknown
+test's (or fixture's) parameter refers to the pytest fixture of that name (same file, then ``conftest.py`` upwards)
+and takes its type when its return annotation names a class or its every return/yield builds one. Anything else stays an object of unknown
 type (``dynamic dispatch`` when called). Not modelled: flow-sensitive types, ``__getattr__``, monkeypatching.
 """
 
@@ -124,8 +124,15 @@ class Resolver:
             self._typing.discard(key)
 
     def fixture(self, facts: FileFacts, name: str) -> tuple:
-        """A test parameter: the instance its pytest fixture builds (this file first, then each ``conftest.py``
-        from the test's folder up), else OBJECT."""
+        """A test parameter: the instance its pytest fixture builds, else OBJECT."""
+        found = self.fixture_def(facts, name)
+        if found is None or found[1].fixture is None:
+            return OBJECT
+        return self.typed(found[0], found[1].fixture, found[1].parent)
+
+    def fixture_def(self, facts: FileFacts, name: str):
+        """(file facts, def) of the pytest fixture a test parameter ``name`` gets: this file first, then each
+        ``conftest.py`` from the test's folder up; None when there is none."""
         folder = facts.path.rpartition("/")[0]
         candidates = [facts]
         while True:
@@ -137,9 +144,9 @@ class Resolver:
             folder = folder.rpartition("/")[0]
         for source in candidates:
             for d in source.defs:
-                if d.name == name and d.fixture is not None and d.kind in ("function", "method"):
-                    return self.typed(source, d.fixture, d.parent)
-        return OBJECT
+                if d.name == name and d.is_fixture and d.kind in ("function", "method"):
+                    return source, d
+        return None
 
     def instance_attr(self, cls: str, attr: str) -> tuple:
         """``obj.attr`` on an instance of ``cls``: the instance a typed ``self.attr = ...`` of a method of ``cls``
@@ -322,6 +329,10 @@ class Resolver:
             if star_module in self.modules:
                 imported.add(star_module)
                 refs.append(Reference(source_of(scope), star_module, path, line, "import"))
+        for scope, name in sorted(facts.untyped_params):  # a test or fixture uses the fixtures it asks for
+            found = self.fixture_def(facts, name)
+            if found is not None and found[1].qname != defs[scope].qname:
+                refs.append(Reference(defs[scope].qname, found[1].qname, path, defs[scope].line, "fixture"))
         method_names = self.method_names
         for scope, lookup, line, kind, chain, text, obj_type in facts.refs:
             result, deepest = self.walk(facts, lookup, chain)
