@@ -246,6 +246,12 @@ def test_function_names_source_order_and_determinism():
     assert {m.function for m in muts} == {"pkg.f"}
     assert [m.start_byte for m in muts] == sorted(m.start_byte for m in muts)
     assert muts == find_mutations("pkg/__init__.py", src)
+    # Under a source root the index names the module (src/pkg is imported as pkg): the generator passes its name.
+    from repogym.envs.analysis import RepoIndex
+
+    index = RepoIndex.from_files({"src/pkg/__init__.py": src})
+    assert {m.function for m in find_mutations("src/pkg/__init__.py", src, module=index.module_of("src/pkg/__init__.py"))} \
+        == {"pkg.f"} and "pkg.f" in index.symbols
     assert [(m.operator, m.replacement) for m in muts] == [
         ("drop_statement", "pass"), ("flip_comparison", ">="), ("return_wrong_variable", "a")]
 
