@@ -124,3 +124,12 @@ def test_gold_resolves_and_the_empty_patch_does_not_in_a_real_sandbox(cache):
     for task in (train[0], heldout[-1]):
         verdict = validate_task(task, sandbox_factory("local", task.setup, SandboxConfig(run_id="pytest")), runs=1)
         assert verdict.ok, (verdict.reasons, verdict.problems)
+
+
+def test_the_cli_builds_a_flips_suite_on_first_use(cache, capsys):
+    from repogym.cli import main
+
+    assert main(["tasks", "list", "--suite", "flips-heldout"]) == 0
+    assert "repogym__flips_u0-" in capsys.readouterr().out
+    assert main(["tasks", "recipes"]) == 0
+    assert "flips\tflips\tseed=0\tsuites=flips,flips-heldout" in capsys.readouterr().out

@@ -33,6 +33,9 @@ def run(args) -> int:
     from repogym.bench.metrics import summary_table
     from repogym.bench.runner import BenchConfig, load_agent_options, run_bench
 
+    from repogym.envs.taskgen.recipes import ensure_suites
+
+    ensure_suites([args.suite])  # procedural suites (flips) are built on first use
     config = BenchConfig(agent=args.agent, suite=args.suite, db=args.db,
                          agent_options=load_agent_options(args.agent_config), k=args.k,
                          concurrency=args.concurrency, sandbox=args.sandbox, max_turns=args.max_turns,

@@ -78,7 +78,10 @@ def add_parser(sub) -> None:
 
 
 def run_list(args) -> int:
+    from repogym.envs.taskgen.recipes import ensure_suites
     from repogym.envs.tasks.suites import load_suite
+
+    ensure_suites([args.suite])
     tasks = load_suite(args.suite)
     if args.json:
         print(json.dumps([t.to_dict() for t in tasks], indent=1))

@@ -37,6 +37,10 @@ def run(args) -> int:
     from repogym.envs.tasks.schema import load_tasks
     from repogym.envs.tasks.suites import load_suite
 
+    from repogym.envs.taskgen.recipes import ensure_suites
+
+    if not args.tasks:
+        ensure_suites([args.suite or "builtin"])
     tasks = load_tasks(args.tasks) if args.tasks else load_suite(args.suite or "builtin")
     if args.task:
         unknown = set(args.task) - {t.instance_id for t in tasks}
