@@ -19,10 +19,12 @@ the tests); the same seed gives the same projects, commits and suites on every m
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import keyword
 import random
+import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,7 +32,7 @@ from pathlib import Path
 from repogym.envs.errors import ConfigError
 from repogym.envs.tasks.cache import cache_dir
 from repogym.envs.tasks.fixed_git import fixed_git
-from repogym.envs.tasks.schema import Task, save_tasks
+from repogym.envs.tasks.schema import Task, load_tasks, save_tasks
 
 NEGATED = {"<": ">=", ">=": "<", ">": "<=", "<=": ">", "==": "!=", "!=": "=="}
 """Each comparison and its negation: the mutation and its fix."""
@@ -229,8 +231,6 @@ def _mutant_commit(repo: Path, head: str, path: str, text: str) -> str:
 
 
 def _gold_patch(path: str, before: str, after: str) -> str:
-    import difflib
-
     diff = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
                                 f"a/{path}", f"b/{path}", n=3)
     return f"diff --git a/{path} b/{path}\n" + "".join(diff)
@@ -247,8 +247,6 @@ def build_flips(config: FlipsConfig | None = None) -> tuple[list[Task], list[Tas
     """Generate the projects and write both suites (see the module doc); returns (training, held-out) tasks.
 
     Built once per config: a second call with the same config reads the suites back."""
-    from repogym.envs.tasks.schema import load_tasks
-
     config = (config or FlipsConfig()).check()
     key = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode()).hexdigest()[:12]
     train_file, heldout_file = suite_files(config)
@@ -257,8 +255,6 @@ def build_flips(config: FlipsConfig | None = None) -> tuple[list[Task], list[Tas
         return load_tasks(train_file), load_tasks(heldout_file)
     root = cache_dir() / "flips" / f"{config.name}-{key}"
     if root.exists():
-        import shutil
-
         shutil.rmtree(root)  # a build that died half way
     rng = random.Random(config.seed)
     train: list[Task] = []
