@@ -38,8 +38,9 @@ def condition_configs(seeded: TrainConfig) -> dict[str, TrainConfig]:
     root, steps = Path(seeded.run_dir), seeded.train.steps
     if steps < 1:
         raise ConfigError("the study compares training runs: set train.steps >= 1")
-    if seeded.sft.steps < 1 and not seeded.model.path:
-        raise ConfigError("the study starts every arm from an SFT warm start: set sft.steps >= 1")
+    if seeded.sft.steps < 1:
+        raise ConfigError("the study starts every arm from an SFT warm start (of model.path, or of the tiny "
+                          "model): set sft.steps >= 1")
     warm = dataclasses.replace(seeded, run_dir=str(root / "sft"),
                                train=dataclasses.replace(seeded.train, steps=0, eval_every=1, eval_at_start=True))
     out = {"sft_only": warm}
