@@ -617,3 +617,39 @@ def test_receiver_types_follow_incremental_updates():
     assert "tests.test_cart.test_fixture_from_conftest" not in _callers(index, "shop.cart.Cart.total_in_cents")
     assert _callers(index, "shop.cart.Cart.total_in_cents") == _callers(fresh, "shop.cart.Cart.total_in_cents")
     assert sorted(map(repr, index.unresolved)) == sorted(map(repr, fresh.unresolved))
+
+
+def test_hostile_typing_cycles_and_annotations_end_and_stay_unresolved():
+    """Code an agent writes reaches the receiver typing through inspect_diff: self-referential bindings, fixtures
+    and attributes, and pathological annotations must end quickly, raise nothing, and pin nothing."""
+    hostile = {
+        "pkg/__init__.py": b"",
+        "pkg/loop.py": b'''class A:
+    def __init__(self):
+        self.a = self.a
+        self.b: "''' + b"[" * 2000 + b'''" = None
+
+    def m(self):
+        return self.a.m(), self.b.m()
+
+
+def f() -> "f":
+    return f()
+
+
+def g(c: "Optional[Optional[''' + b"Optional[" * 500 + b'''A''' + b"]" * 502 + b'''"):
+    c = c()
+    x = f()
+    return c.m(), x.m()
+''',
+        "tests/conftest.py": b"import pytest\n\n\n@pytest.fixture\ndef cart(cart):\n    return cart\n",
+        "tests/test_loop.py": b"def test_cart(cart):\n    assert cart.m()\n",
+        "setup.py": b"setup(package_dir=" + b"(" * 5000 + b")\n",
+        "pyproject.toml": b"[tool]\n" + b"x = " + b"[" * 5000 + b"\n",
+    }
+    index = RepoIndex.from_files(hostile)
+    assert index.source_roots == ("",)  # unreadable packaging data is no data
+    assert index.dependents(["pkg.loop.A.m"], max_depth=1) == []
+    assert {u.expression for u in index.unresolved if u.reason == "dynamic dispatch"} >= {"c.m", "x.m", "cart.m"}
+    index.update_file("pkg/loop.py", hostile["pkg/loop.py"] + b"\n\ny = y()\n")  # and incrementally
+    assert "pkg.loop" in index.symbols

@@ -25,7 +25,8 @@ import repogym.envs.analysis.extract as _extract
 from repogym.envs.analysis.extract import FileFacts, extract
 from repogym.envs.analysis.model import Reference, Symbol, SyntaxIssue, Unresolved
 from repogym.envs.analysis.resolve import Resolver
-from repogym.envs.analysis.roots import PACKAGING_FILES, module_for, source_roots
+from repogym.envs.analysis.roots import PACKAGING_FILES, module_for, ordered_roots
+from repogym.envs.analysis.roots import source_roots as _source_roots
 from repogym.envs.errors import ConfigError
 
 _SKIP_DIRS = frozenset({"__pycache__", "build", "venv", "node_modules"})
@@ -113,7 +114,7 @@ class RepoIndex:
         packaging files among ``files`` (``pyproject.toml``, ``setup.cfg``, ``setup.py``) or the layout give."""
         index = cls()
         files = {_clean_path(p): s for p, s in files.items()}
-        index.source_roots = _roots(files, source_roots)
+        index.source_roots = ordered_roots(source_roots) if source_roots is not None else _source_roots(files)
         for path, source in sorted(files.items()):
             if source is None or not path.endswith(".py"):
                 continue
@@ -327,14 +328,6 @@ class RepoIndex:
                     seen_modules.add(user_module)
                     pending.append(user_module)
         return found
-
-
-def _roots(files: dict[str, bytes | None], given: Iterable[str] | None) -> tuple[str, ...]:
-    if given is None:
-        return source_roots(files)
-    roots = [str(r).replace("\\", "/").strip("/") for r in given]
-    roots = [r for r in dict.fromkeys(roots) if r not in ("", ".")]
-    return (*sorted(roots, key=lambda r: (-r.count("/"), r)), "")
 
 
 def _method_names(facts: FileFacts | None) -> set[str]:

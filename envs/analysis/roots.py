@@ -36,7 +36,7 @@ def _text(files: Mapping[str, bytes | None], path: str) -> str | None:
 def _from_pyproject(text: str) -> list[str]:
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError, MemoryError):
         return []
     tool = data.get("tool", {}) if isinstance(data.get("tool"), dict) else {}
     roots: list[str] = []
@@ -87,7 +87,7 @@ def _from_setup_cfg(text: str) -> list[str]:
 def _from_setup_py(text: str) -> list[str]:
     try:
         tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # any text: never stop indexing
         return []
     roots: list[str] = []
     for node in ast.walk(tree):
@@ -126,9 +126,13 @@ def source_roots(files: Mapping[str, bytes | None]) -> tuple[str, ...]:
         text = _text(files, path)
         if text is not None:
             declared += read(text)
-    found = [r for r in dict.fromkeys(_norm(r) for r in declared) if r and ".." not in r.split("/")]
-    if not found:
-        found = _from_layout(sorted(files))
+    found = [r for r in declared if ".." not in _norm(r).split("/")]
+    return ordered_roots(found or _from_layout(sorted(files)))
+
+
+def ordered_roots(roots) -> tuple[str, ...]:
+    """``roots`` (folders, relative) normalised, each once, deepest first, and the repository root (``""``) last."""
+    found = [r for r in dict.fromkeys(_norm(str(r)) for r in roots) if r]
     return (*sorted(found, key=lambda r: (-r.count("/"), r)), "")
 
 
@@ -150,4 +154,4 @@ def module_for(path: str, roots: tuple[str, ...] = ("",)) -> str:
 PACKAGING_FILES = ("pyproject.toml", "setup.cfg", "setup.py")
 """The files :func:`source_roots` reads, at the repository root."""
 
-__all__ = ["PACKAGING_FILES", "module_for", "source_roots"]
+__all__ = ["PACKAGING_FILES", "module_for", "ordered_roots", "source_roots"]
