@@ -155,7 +155,7 @@ class FileFacts:
     symbols: list[Symbol] = field(default_factory=list)
     interface: tuple = ()
     instance_attrs: dict = field(default_factory=dict)  # class def index -> {attr: (method scope, (how, chain))}
-    untyped_params: set = field(default_factory=set)  # (scope, name) of test parameters a fixture may type
+    fixture_params: set = field(default_factory=set)  # (scope, name): parameters of tests and fixtures
 
     def scope_at(self, byte: int) -> int:
         """Index of the innermost def whose span (decorators included) contains ``byte``."""
@@ -441,8 +441,7 @@ def _collect_uses(facts: FileFacts, caps: dict) -> None:
                 continue
             chain, obj_type = ("<expr>", _text(attr)), obj.type
             if obj_type == "call":
-                fn = obj.child_by_field_name("function")
-                fn_chain = _dotted(_text(fn)) if fn is not None and fn.type in ("identifier", "attribute") else None
+                fn_chain = _callee_chain(obj)
                 if fn_chain == ("super",):
                     chain = ("<super>", chain[1])
                 elif fn_chain is not None:  # ``Cls(...).m()``: an instance of Cls when Cls is a class
@@ -460,8 +459,7 @@ def _collect_uses(facts: FileFacts, caps: dict) -> None:
             obj, attr = node.child_by_field_name("object"), node.child_by_field_name("attribute")
             if (start, end) in callee_spans or obj is None or attr is None or obj.type != "call":
                 continue
-            fn = obj.child_by_field_name("function")
-            fn_chain = _dotted(_text(fn)) if fn is not None and fn.type in ("identifier", "attribute") else None
+            fn_chain = _callee_chain(obj)
             if fn_chain is not None and fn_chain != ("super",):  # ``Cls(...).prop``: a property of an instance
                 refs.append((*scopes_at(start), node.start_point[0] + 1, "attribute", ("<call>", fn_chain, _text(attr)),
                              _normalise(_text(node))[:80], "call"))
@@ -570,15 +568,17 @@ def _top_level(text: str, sep: str) -> list[str]:
     return parts + ["".join(current)]
 
 
+def _callee_chain(call: Node) -> tuple | None:
+    """The dotted name a call node calls (``Cart``, ``m.make``), or None (``f()()``, ``xs[0]()``)."""
+    fn = call.child_by_field_name("function")
+    return _dotted(_text(fn)) if fn is not None and fn.type in ("identifier", "attribute") else None
+
+
 def _constructed(value: Node | None) -> tuple | None:
     """("new", callee chain) when ``value`` is a call of a dotted name (a class, or a function whose return
     annotation names one: the resolver decides), else None."""
-    if value is not None and value.type == "call":
-        fn = value.child_by_field_name("function")
-        chain = _dotted(_text(fn)) if fn is not None and fn.type in ("identifier", "attribute") else None
-        if chain:
-            return ("new", chain)
-    return None
+    chain = _callee_chain(value) if value is not None and value.type == "call" else None
+    return ("new", chain) if chain else None
 
 
 def _type_of(node: Node) -> tuple | None:
@@ -620,7 +620,7 @@ def _fixture_value(function: Node) -> tuple | None:
 
 def _type_bindings(facts: FileFacts, caps: dict) -> None:
     """Give a name a TYPED binding where every binding of it in its scope pins the same class; record the typed
-    ``self.attr = ...`` of methods, and the test parameters a pytest fixture may type."""
+    ``self.attr = ...`` of methods, and the parameters of tests and fixtures (each may name a pytest fixture)."""
     seen: dict[tuple[int, str], set] = {}
     for kind in ("param", "store"):
         for node in caps.get(kind, ()):
@@ -637,7 +637,7 @@ def _type_bindings(facts: FileFacts, caps: dict) -> None:
         d = facts.defs[scope] if scope >= 0 else None
         if (d is not None and (d.test_id is not None or d.is_fixture or d.name.startswith("test"))
                 and node.parent is not None and node.parent.type in ("parameters", "typed_parameter")):
-            facts.untyped_params.add((scope, _text(node)))
+            facts.fixture_params.add((scope, _text(node)))
     attrs: dict[int, dict[str, set]] = {}
     for node in caps.get("attr_store", ()):
         scope = facts.scope_at(node.start_byte)
@@ -657,7 +657,6 @@ def _type_bindings(facts: FileFacts, caps: dict) -> None:
         else:
             typed = _constructed(right)
         attrs.setdefault(d.parent, {}).setdefault(_text(attr), set()).add((scope, typed) if typed else None)
-    for cls, table in attrs.items():
-        kinds = {name: {t[1] for t in v if t} for name, v in table.items() if None not in v}
-        facts.instance_attrs[cls] = {name: next(t for t in table[name] if t) for name, k in kinds.items()
-                                     if len(k) == 1}
+    for cls, table in attrs.items():  # typed only where every assignment pins the same class
+        facts.instance_attrs[cls] = {name: next(iter(found)) for name, found in table.items()
+                                     if None not in found and len({typed for _, typed in found}) == 1}

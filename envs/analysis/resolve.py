@@ -70,7 +70,7 @@ class Resolver:
                 if binding is not None:
                     if binding is VAR and d.self_name == name:
                         return ("instance", defs[d.parent].qname)
-                    if binding is VAR and (scope, name) in facts.untyped_params:
+                    if binding is VAR and (scope, name) in facts.fixture_params:
                         return self.fixture(facts, name)
                     return self.binding(facts, binding, 0, scope)
             scope = d.parent
@@ -283,9 +283,10 @@ class Resolver:
                 result = self.in_class(cls, attr)
                 if result[0] == "missing" or result is OBJECT:
                     typed = self.instance_attr(cls, attr)
-                    # an instance attribute of a pinned type; else of unknown type, or a method of a subclass
-                    result = typed if typed[0] == "instance" else ("dispatch", attr) if result[0] == "missing" \
-                        else OBJECT
+                    if typed[0] == "instance":  # an instance attribute of a pinned type
+                        result = typed
+                    elif result[0] == "missing":  # of unknown type, or a method of a subclass
+                        result = ("dispatch", attr)
             elif result is OBJECT or kind == "dispatch":
                 result = ("dispatch", attr)
             else:
@@ -329,7 +330,7 @@ class Resolver:
             if star_module in self.modules:
                 imported.add(star_module)
                 refs.append(Reference(source_of(scope), star_module, path, line, "import"))
-        for scope, name in sorted(facts.untyped_params):  # a test or fixture uses the fixtures it asks for
+        for scope, name in sorted(facts.fixture_params):  # a test or fixture uses the fixtures it asks for
             found = self.fixture_def(facts, name)
             if found is not None and found[1].qname != defs[scope].qname:
                 refs.append(Reference(defs[scope].qname, found[1].qname, path, defs[scope].line, "fixture"))
