@@ -9,6 +9,10 @@ answered by a ``tool`` message linked by ``tool_call_id``, or by a ``user`` mess
 answer); token usage is summed per episode. Failures of the server (connection refused, timeouts, HTTP
 429 and 5xx) are retried with exponential backoff and then raised as :class:`repogym.envs.errors.InfraError`
 with ``where="llm"``; any other HTTP error is raised at once (:class:`repogym.agents.errors.LLMHTTPError`).
+A prompt over the model's context (HTTP 400 "maximum context length", as vLLM and OpenAI answer) is the
+policy's limit, not infrastructure: it raises :class:`repogym.agents.errors.ContextOverflow`, which ends the
+episode as ``context_overflow`` (reward 0, trained or masked as the trainer's config says). When only the
+answer would not fit (the prompt does), the request is sent once more asking for what still fits.
 Not guaranteed: that the model's output is a valid tool call; a bad one goes to the environment, which
 answers it with an error observation (the agent's mistake is data, not a crash).
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import time
 import urllib.error
 import urllib.request
@@ -25,7 +30,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable
 
 from repogym.agents.context import answer, make_context_policy
-from repogym.agents.errors import LLMHTTPError, TransientLLMError
+from repogym.agents.errors import ContextOverflow, LLMHTTPError, TransientLLMError
 from repogym.envs.errors import ConfigError, InfraError
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -190,8 +195,27 @@ class LLMAgent:
 
     def _complete(self, messages: list[dict[str, Any]], tools: bool = True) -> dict[str, Any]:
         """POST ``messages``, retrying server-side failures; the first choice's message."""
+        body = self._body(messages, tools)
+        try:
+            return self._send(body)
+        except LLMHTTPError as exc:
+            overflow = context_overflow(exc)
+            if overflow is None:
+                raise
+            prompt_tokens, limit = overflow
+            if prompt_tokens is None or prompt_tokens >= limit:
+                raise ContextOverflow(prompt_tokens if prompt_tokens is not None else limit, limit) from None
+            # The prompt fits and only max_tokens does not: ask for what is left (once; a second refusal is final).
+            try:
+                return self._send({**body, "max_tokens": limit - prompt_tokens})
+            except LLMHTTPError as again:
+                if context_overflow(again) is None:
+                    raise
+                raise ContextOverflow(prompt_tokens, limit) from None
+
+    def _send(self, body: dict[str, Any]) -> dict[str, Any]:
         url = self.config.url
-        data = json.dumps(self._body(messages, tools)).encode()
+        data = json.dumps(body).encode()
         start = time.monotonic()
         last_error = ""
         for attempt in range(self.config.max_retries + 1):
@@ -238,6 +262,28 @@ class LLMAgent:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             # A cut-off or garbled body is a server glitch, as a dropped connection is.
             raise TransientLLMError(f"invalid JSON in the response ({exc}): {raw[:200]!r}") from None
+
+
+# "This model's maximum context length is 2048 tokens. However, you requested 2100 tokens (2000 in the messages,
+# 100 in the completion)" (vLLM, OpenAI); newer vLLM: "... is 2048 tokens and your request has 1500 input tokens".
+_CONTEXT_LIMIT = re.compile(r"maximum context length is (\d+)", re.IGNORECASE)
+_PROMPT_TOKENS = re.compile(r"(\d+) (?:input tokens|(?:tokens? )?in the messages|prompt tokens)|"
+                            r"(?:your (?:prompt|request|messages?) (?:has|contains?|resulted in)) (\d+)", re.IGNORECASE)
+_OVERFLOW_WORDS = re.compile(r"maximum context length|context length exceeded|context_length_exceeded|"
+                             r"prompt is too long|exceeds? the model's context", re.IGNORECASE)
+
+
+def context_overflow(error: LLMHTTPError) -> tuple[int | None, int] | None:
+    """``(prompt_tokens or None, context_limit)`` when ``error`` is a server's "over the context" refusal, else None.
+
+    The limit is 0 when the server did not say it (an OpenAI-style ``context_length_exceeded`` code alone).
+    """
+    if error.status not in (400, 413) or not _OVERFLOW_WORDS.search(error.body):
+        return None
+    limit = _CONTEXT_LIMIT.search(error.body)
+    prompt = _PROMPT_TOKENS.search(error.body)
+    prompt_tokens = int(next(g for g in prompt.groups() if g)) if prompt else None
+    return prompt_tokens, int(limit.group(1)) if limit else 0
 
 
 def _arguments(raw: Any) -> Any:

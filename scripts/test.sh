@@ -10,7 +10,10 @@ fi
 # Lint first (seconds): pyproject's ruff rules keep every import on the one installed namespace.
 .venv/bin/ruff check .
 status=0
-.venv/bin/python -m pytest -m "not gpu and not vllm" "$@" || status=$?
+.venv/bin/python -m pytest -m "not gpu and not vllm and not integrations" "$@" || status=$?
+# The peers' packages (OpenEnv, SkyRL-Gym, verifiers, TRL, mini-swe-agent) in an environment layered over
+# .venv: always, since the adapters are only worth what their tests against the real packages show.
+{ bash scripts/setup_integrations.sh && .venv-integrations/bin/python -m pytest -m integrations "$@"; } || status=$?
 # The real vLLM (its CPU build, in an environment of its own: it pins torch): in CI, or when asked. About three
 # minutes, the install included; the engine sets the CPU build's environment itself.
 if [ "${CI:-}" = true ] || [ "${REPOGYM_TEST_VLLM:-}" = 1 ]; then

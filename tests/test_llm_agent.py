@@ -207,15 +207,63 @@ def test_backoff_is_capped_at_30_seconds(server):
 
 
 def test_400_raises_at_once_without_retrying(server):
-    server.script = [(400, {"error": "context length exceeded"}), tool_call_reply("submit", {})]
+    server.script = [(400, {"error": "tools[0].function.name is required"}), tool_call_reply("submit", {})]
     sleeps = Sleeps()
     agent = agent_for(server, sleeps)
     agent.reset("task", {"tools": TOOLS})
     with pytest.raises(LLMHTTPError) as caught:
         agent.act("task", {})
     assert caught.value.status == 400 and caught.value.where == "llm"
-    assert "context length exceeded" in str(caught.value)
+    assert "function.name is required" in str(caught.value)
     assert len(server.requests) == 1 and sleeps == []
+
+
+# vLLM's OpenAI server's words (checked against a real CPU vLLM server, see ../shared/REFERENCE.md).
+VLLM_OVER_CONTEXT = {"object": "error", "type": "BadRequestError", "code": 400,
+                     "message": "This model's maximum context length is 512 tokens. However, your request has "
+                                "700 input tokens. Please reduce the length of the input messages."}
+VLLM_ANSWER_TOO_LONG = {"object": "error", "type": "BadRequestError", "code": 400,
+                        "message": "'max_tokens' or 'max_completion_tokens' is too large: 1024. This model's maximum "
+                                   "context length is 512 tokens and your request has 400 input tokens "
+                                   "(1024 > 512 - 400)."}
+
+
+def test_a_prompt_over_the_context_is_a_context_overflow_not_an_infra_error(server):
+    from repogym.agents.errors import ContextOverflow
+    server.script = [(400, VLLM_OVER_CONTEXT)]
+    agent = agent_for(server, Sleeps())
+    agent.reset("task", {"tools": TOOLS})
+    with pytest.raises(ContextOverflow) as caught:
+        agent.act("task", {})
+    assert not isinstance(caught.value, InfraError)
+    assert (caught.value.tokens, caught.value.limit) == (700, 512)
+    assert len(server.requests) == 1
+
+
+def test_an_answer_that_would_not_fit_is_asked_for_again_with_what_is_left(server):
+    server.script = [(400, VLLM_ANSWER_TOO_LONG), tool_call_reply("submit", {})]
+    agent = agent_for(server, Sleeps())
+    agent.reset("task", {"tools": TOOLS})
+    assert parse_action(agent.act("task", {})).name == "submit"
+    assert [r["max_tokens"] for r in server.requests] == [agent.config.max_tokens, 512 - 400]
+
+
+def test_openai_style_overflow_codes_and_a_second_refusal_are_overflows(server):
+    from repogym.agents.errors import ContextOverflow
+    from repogym.agents.llm import context_overflow
+    openai_style = {"error": {"message": "This model's maximum context length is 8192 tokens. However, you "
+                                         "requested 9000 tokens (8000 in the messages, 1000 in the completion).",
+                              "code": "context_length_exceeded"}}
+    error = LLMHTTPError("u", 400, json.dumps(openai_style))
+    assert context_overflow(error) == (8000, 8192)
+    assert context_overflow(LLMHTTPError("u", 401, json.dumps(openai_style))) is None
+    assert context_overflow(LLMHTTPError("u", 400, "bad tool schema")) is None
+    server.script = [(400, VLLM_ANSWER_TOO_LONG), (400, VLLM_ANSWER_TOO_LONG)]
+    agent = agent_for(server, Sleeps())
+    agent.reset("task", {"tools": TOOLS})
+    with pytest.raises(ContextOverflow):
+        agent.act("task", {})
+    assert len(server.requests) == 2
 
 
 def test_exhausted_retries_raise_infra_error_naming_the_url(server):
@@ -315,3 +363,18 @@ def test_end_to_end_episode_on_the_local_backend(server, tiny_task):
     assert history[-1]["role"] == "tool" and history[-1]["tool_call_id"] == "call_p"
     assert "applied" in history[-1]["content"]
     assert agent.usage["requests"] == 2
+
+
+def test_an_episode_whose_first_prompt_overflows_ends_as_context_overflow_with_reward_0(server, tiny_task):
+    from repogym.agents.rollout import run_episode
+    from repogym.envs.repo_env import RepoTaskEnv
+    from tests.conftest import require_backend
+    require_backend("local")
+    server.script = [(400, VLLM_OVER_CONTEXT)]
+    env = RepoTaskEnv(task=tiny_task, sandbox="local", max_turns=5)
+    try:
+        result = run_episode(env, agent_for(server), agent_name="llm")
+    finally:
+        env.close()
+    assert result.status == "context_overflow" and result.reward == 0.0 and result.turns == 0
+    assert "512" in result.eval["error"]["message"]

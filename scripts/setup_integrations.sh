@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Create .venv-integrations: the peers' packages the integrations are tested against (openenv-core,
+# skyrl-gym, verifiers, trl, mini-swe-agent, pinned in pyproject's `integrations` extra), kept out of
+# .venv because they bring about a hundred packages of their own (web servers, LLM clients, UIs).
+# The environment is layered over .venv: a .pth file adds .venv's site-packages after its own, so torch,
+# transformers and the editable repogym are shared, not installed twice. Idempotent.
+# Users of one integration install it into their own environment instead: pip install "repogym[integrations]".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+VENV=.venv-integrations
+[ -x .venv/bin/python ] || bash scripts/setup.sh
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import openenv, skyrl_gym, verifiers, trl, minisweagent, repogym" 2>/dev/null; then
+  echo "setup_integrations: $VENV is ready"
+  exit 0
+fi
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+base_site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+own_site=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+# addsitedir (not a bare path) so .venv's own .pth files run too: the editable repogym is one of them.
+echo "import site; site.addsitedir('$base_site')" > "$own_site/zz_repogym_base.pth"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+pins=$(.venv/bin/python - <<'PY'
+import tomllib
+print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["integrations"]))
+PY
+)
+# Keep .venv's torch and transformers: the extras must not replace what the rest of repogym runs on.
+.venv/bin/python -m pip freeze | grep -iE '^(torch|transformers|accelerate)==' > "$VENV/constraints.txt"
+# shellcheck disable=SC2086
+"$VENV/bin/python" -m pip install -q -c "$VENV/constraints.txt" $pins
+"$VENV/bin/python" -c "import openenv, skyrl_gym, verifiers, trl, minisweagent, repogym; print('setup_integrations: ready')"
