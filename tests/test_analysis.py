@@ -653,3 +653,131 @@ def g(c: "Optional[Optional[''' + b"Optional[" * 500 + b'''A''' + b"]" * 502 + b
     assert {u.expression for u in index.unresolved if u.reason == "dynamic dispatch"} >= {"c.m", "x.m", "cart.m"}
     index.update_file("pkg/loop.py", hostile["pkg/loop.py"] + b"\n\ny = y()\n")  # and incrementally
     assert "pkg.loop" in index.symbols
+
+
+_TYPES = {
+    "pkg/__init__.py": b"",
+    "pkg/version.py": b'''from typing import Final, Union
+
+
+class Version:
+    def __init__(self, text):
+        self.text = text
+
+    @property
+    def epoch(self):
+        return 0
+
+    def is_prerelease(self):
+        return False
+
+
+UnparsedVersion = Union[Version, str]
+
+
+def canonicalize(version: Version | str):
+    if isinstance(version, str):
+        parsed = Version(version)
+    else:
+        parsed = version
+    return parsed.epoch
+
+
+def contains(item: UnparsedVersion):
+    if not isinstance(item, Version):
+        item = Version(item)
+    return item.is_prerelease()
+
+
+class Root:
+    def get(self, name) -> "Sub":
+        return Sub(self)
+
+
+class Sub:
+    def __init__(self, root: Root):
+        self.root = root
+
+
+class Manager:
+    def __init__(self):
+        self.trace: Final[Sub] = Root().get("manager")
+
+    def versions(self) -> list[Version] | None:
+        return [Version("1")]
+
+    def pairs(self) -> tuple[Version, Root]:
+        return Version("1"), Root()
+
+    def tracing(self):
+        return self.trace.root.get("hook")
+
+    def unregister(self):
+        for version in self.versions():
+            version.is_prerelease()
+        found = self.versions()
+        return [v.epoch for v in found]
+
+    def mixed(self, either: Union[Version, Root]):
+        for one in self.pairs():
+            one.is_prerelease()
+        return either.get("x")
+''',
+    "tests/test_bench.py": b'''import pytest
+
+from pkg.version import canonicalize
+
+
+def helper():
+    return 1
+
+
+@pytest.fixture
+def helpers():
+    return [helper for _ in range(3)]
+
+
+def test_speed(helpers, benchmark):
+    def setup():
+        return helpers + []
+
+    def shadowed(helpers=None):
+        return helpers
+
+    benchmark(canonicalize, setup=setup)
+''',
+}
+
+
+def test_receiver_types_through_unions_with_scalars_aliases_loops_and_wrapped_annotations():
+    index = RepoIndex.from_files(_TYPES)
+    v = "pkg.version."
+    assert f"{v}canonicalize" in _callers(index, f"{v}Version.epoch")  # Version(v) or v: Version | str
+    assert f"{v}contains" in _callers(index, f"{v}Version.is_prerelease")  # the UnparsedVersion alias
+    assert f"{v}Manager.tracing" in _callers(index, f"{v}Root.get")  # Final[Sub], then Sub.root: Root
+    assert f"{v}Manager.unregister" in _callers(index, f"{v}Version.is_prerelease")  # for x in list[Version] | None
+    assert f"{v}Manager.unregister" in _callers(index, f"{v}Version.epoch")  # a comprehension over a typed list
+    # Not guessed: a tuple of two classes, a union of two classes.
+    assert f"{v}Manager.mixed" not in _callers(index, f"{v}Version.is_prerelease")
+    assert f"{v}Manager.mixed" not in _callers(index, f"{v}Root.get")
+    unresolved = {u.expression for u in index.unresolved if u.reason == "dynamic dispatch"}
+    assert {"one.is_prerelease", "either.get"} <= unresolved
+
+
+def test_bare_names_in_comprehensions_and_operators_and_fixtures_used_by_nested_defs():
+    index = RepoIndex.from_files(_TYPES)
+    assert "tests.test_bench.helpers" in _callers(index, "tests.test_bench.helper")  # [helper for _ in ...]
+    users = _callers(index, "tests.test_bench.helpers")
+    assert {"tests.test_bench.test_speed", "tests.test_bench.test_speed.setup"} <= users  # closure over the fixture
+    assert "tests.test_bench.test_speed.shadowed" not in users  # its own parameter hides the fixture
+
+
+def test_annotation_chains_pin_one_class_or_nothing():
+    chain = extract_module.annotation_chain
+    of = extract_module.ELEMENTS
+    assert chain("Final[m.Cart]") == ("m", "Cart") == chain("Annotated[m.Cart, 'x']")
+    assert chain("Union[Cart, str, None]") == ("Cart",) == chain("'Cart' | bytes")
+    assert chain("Sequence[Cart]") == (of, "Cart") == chain("tuple[Cart, ...]") == chain("Optional[list['Cart']]")
+    for nothing in ("Union[Cart, Ledger]", "tuple[Cart, Ledger]", "list[list[Cart]]", "list[" * 3000 + "A" + "]" * 3000,
+                    "str | int"):
+        assert chain(nothing) is None

@@ -64,6 +64,20 @@ _QUERY = Query(PY_LANGUAGE, """
 (expression_list (identifier) @name)
 (lambda body: (identifier) @name)
 (conditional_expression (identifier) @name)
+(list_comprehension body: (identifier) @name)
+(set_comprehension body: (identifier) @name)
+(generator_expression body: (identifier) @name)
+(for_in_clause right: (identifier) @name)
+(for_statement right: (identifier) @name)
+(binary_operator (identifier) @name)
+(boolean_operator (identifier) @name)
+(comparison_operator (identifier) @name)
+(not_operator (identifier) @name)
+(unary_operator (identifier) @name)
+(parenthesized_expression (identifier) @name)
+(yield (identifier) @name)
+(await (identifier) @name)
+(subscript value: (identifier) @name)
 """ + STORE_PATTERNS + """
 (for_in_clause left: (identifier) @store)
 (for_in_clause left: (pattern_list (identifier) @store))
@@ -518,26 +532,62 @@ def _interface(facts: FileFacts) -> tuple:
 _FIXTURE = re.compile(r"@\s*(?:pytest\s*\.\s*)?fixture\b")
 
 
-def annotation_chain(text: str) -> tuple | None:
+# Wrappers that say how a name is held, not what it holds: ``Final[Cart]`` is a Cart.
+_WRAPPERS = frozenset({"Final", "ClassVar", "Annotated", "Required", "NotRequired", "ReadOnly"})
+# Scalars have no repository methods, so ``Version | str`` pins Version for every method call that can reach code.
+_SCALARS = frozenset({"None", "str", "bytes", "int", "float", "bool", "complex", "bytearray"})
+# Containers whose first parameter is the element type (``for c in carts`` where ``carts: list[Cart]``).
+_CONTAINERS = frozenset({"list", "List", "set", "Set", "frozenset", "FrozenSet", "AbstractSet", "MutableSet",
+                         "Sequence", "MutableSequence", "Iterable", "Iterator", "Collection", "Container",
+                         "Generator", "AsyncIterable", "AsyncIterator", "AsyncGenerator", "deque", "Deque",
+                         "Reversible", "KeysView", "ValuesView", "tuple", "Tuple"})
+ELEMENTS = "<of>"  # a chain (ELEMENTS, *class chain): a container of instances of that class
+
+
+def annotation_chain(text: str, _nested: int = 0) -> tuple | None:
     """The class an annotation names: ``Cart``, ``m.Cart``, ``"Cart"``, ``Optional[Cart]``, ``Cart | None``,
-    ``Union[Cart, None]``, ``Result[T]`` (a generic class itself); None for anything else (a union of classes)."""
+    ``Union[Cart, str]`` (scalars dropped), ``Final[Cart]``, ``Result[T]`` (a generic class itself); for a container
+    of one class (``list[Cart]``, ``Iterator[Cart]``, ``tuple[Cart, ...]``) ``(ELEMENTS, *chain)``; None for anything
+    else (a union of classes, a tuple of several types)."""
     text = _SPACE.sub("", text)
-    for _ in range(6):
+    for _ in range(8):
         text = text.strip("'\"")
         head, inner = _subscript(text)
-        if head in ("Optional", "typing.Optional"):
-            text = inner
+        last = head.rpartition(".")[2] if head else None
+        if last == "Optional" or last in _WRAPPERS:
+            text = _top_level(inner, ",")[0]
             continue
-        parts = _top_level(inner, ",") if head in ("Union", "typing.Union") else _top_level(text, "|")
-        parts = [p.strip("'\"") for p in parts if p.strip("'\"") != "None"]
+        parts = _top_level(inner, ",") if last == "Union" else _top_level(text, "|")
+        parts = [p.strip("'\"") for p in parts if p.strip("'\"") not in _SCALARS]
         if len(parts) != 1:
             return None
         if parts[0] != text:
             text = parts[0]
             continue
+        if last in _CONTAINERS:
+            args = _top_level(inner, ",")
+            if _nested:  # a container of containers pins nothing a loop variable can use
+                return None
+            if last in ("tuple", "Tuple") and not (len(args) == 2 and args[1] == "..."):
+                return None
+            element = annotation_chain(args[0], _nested + 1) if args and args[0] else None
+            return (ELEMENTS, *element) if element and element[0] != ELEMENTS else None
         break
-    head, _ = _subscript(text)  # ``Result[T]``: the class itself (containers resolve outside the repository)
+    head, _ = _subscript(text)  # ``Result[T]``: the class itself
     return _dotted(head or text)
+
+
+def type_alias(value: Node | None) -> tuple | None:
+    """The class chain a module or class attribute aliases when its value is a typing union
+    (``UnparsedVersion = Union[Version, str]``, ``Key = Cart | None``), else None."""
+    if value is None or value.type not in ("subscript", "binary_operator"):
+        return None
+    text = _SPACE.sub("", _text(value))
+    head, _ = _subscript(text)
+    is_union = (head or "").rpartition(".")[2] in ("Union", "Optional") if value.type == "subscript" else (
+        "|" in text and any(p in _SCALARS for p in _top_level(text, "|")))
+    chain = annotation_chain(text) if is_union else None
+    return chain if chain and chain[0] != ELEMENTS else None
 
 
 def _subscript(text: str) -> tuple[str | None, str]:
@@ -581,9 +631,22 @@ def _constructed(value: Node | None) -> tuple | None:
     return ("new", chain) if chain else None
 
 
+def _value_type(value: Node | None) -> tuple | None:
+    """What an assigned or iterated value says of its class: a call (``("new", chain)``) or another name or
+    attribute (``("ref", chain)``: whatever that one is pinned to)."""
+    if value is None:
+        return None
+    if value.type in ("identifier", "attribute"):
+        chain = _dotted(_text(value))
+        return ("ref", chain) if chain else None
+    return _constructed(value)
+
+
 def _type_of(node: Node) -> tuple | None:
     """What one binding of a name says of its class: a parameter or variable annotation (``("ann", chain)``), an
-    assignment from a call or ``with CALL as name`` (``("new", chain)``); None when it says nothing."""
+    assignment from a call or ``with CALL as name`` (``("new", chain)``), from another name (``("ref", chain)``),
+    a loop over something typed (``("elem", value type)``), a typing alias (``("alias", chain)``); None when it
+    says nothing."""
     parent = node.parent
     if parent is None:
         return None
@@ -596,7 +659,12 @@ def _type_of(node: Node) -> tuple | None:
         if annotation is not None:
             chain = annotation_chain(_text(annotation))
             return ("ann", chain) if chain else None
-        return _constructed(parent.child_by_field_name("right"))
+        right = parent.child_by_field_name("right")
+        alias = type_alias(right)
+        return ("alias", alias) if alias else _value_type(right)
+    if parent.type in ("for_statement", "for_in_clause") and parent.child_by_field_name("left") == node:
+        iterated = _value_type(parent.child_by_field_name("right"))
+        return ("elem", iterated) if iterated else None
     if parent.type == "as_pattern_target" and parent.parent is not None and parent.parent.type == "as_pattern":
         return _constructed(parent.parent.named_children[0] if parent.parent.named_children else None)
     return None
@@ -630,8 +698,10 @@ def _type_bindings(facts: FileFacts, caps: dict) -> None:
         declared = {t for t in types if t and t[0] == "ann"}  # a declared type holds for every binding
         if declared:
             types = declared
-        if len(types) == 1 and None not in types and table.get(name) is VAR:
-            table[name] = (TYPED, next(iter(types)))
+        if None in types or table.get(name) is not VAR:
+            continue
+        # several bindings (``parsed = Version(v)`` / ``parsed = v``) pin a class when they all resolve to it
+        table[name] = (TYPED, next(iter(types)) if len(types) == 1 else ("all", tuple(sorted(types, key=repr))))
     for node in caps.get("param", ()):
         scope = facts.scope_at(node.start_byte)
         d = facts.defs[scope] if scope >= 0 else None

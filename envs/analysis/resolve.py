@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import builtins
 
-from repogym.envs.analysis.extract import MODULE_SCOPE, TYPED, VAR, FileFacts
+from repogym.envs.analysis.extract import ELEMENTS, MODULE_SCOPE, TYPED, VAR, FileFacts
 from repogym.envs.analysis.model import Reference, Unresolved
 
 EXTERNAL = ("external",)  # resolves outside the repository (builtin, other library): not reported
@@ -100,28 +100,47 @@ class Resolver:
         return OBJECT
 
     def typed(self, facts: FileFacts, typed: tuple, scope: int) -> tuple:
-        """The instance a typed binding pins (``typed``: ("new" | "ann", chain) seen from ``scope``), else OBJECT."""
-        how, chain = typed
-        key = (facts.path, scope, chain)
+        """What a typed binding (``typed``: (how, what) seen from ``scope``, see ``extract._type_of``) pins: an
+        instance or a container of a repository class, the symbol another name or a typing alias stands for;
+        else OBJECT."""
+        how, what = typed
+        key = (facts.path, scope, typed)
         if key in self._typing or len(self._typing) > _MAX_HOPS:
             return OBJECT
         self._typing.add(key)
         try:
-            made = self.chain(facts, scope, chain)
+            if how == "all":  # every binding must agree
+                found = {self.typed(facts, one, scope) for one in what}
+                return found.pop() if len(found) == 1 else OBJECT
+            if how == "elem":  # ``for c in carts``: an element of a container of Cart
+                iterated = self.typed(facts, what, scope)
+                return ("instance", iterated[1]) if iterated[0] == "container" else OBJECT
+            if how in ("ref", "alias"):  # another name: whatever it stands for
+                result = self.chain(facts, scope, what)
+                return result if result[0] in ("sym", "instance", "container") else OBJECT
+            if how == "ann":
+                return self.annotated(facts, scope, what)
+            made = self.chain(facts, scope, what)  # "new": ``Cart(...)``, or a factory ``make() -> Cart``
             if made[0] != "sym":
                 return OBJECT
             if self._is_class(made[1]):
                 return ("instance", made[1])
             entry = self.defs.get(made[1])
-            if how == "new" and entry is not None:
+            if entry is not None:
                 d = entry[0].defs[entry[1]]
-                if d.returns:  # a factory: ``def make() -> Cart``
-                    returned = self.chain(entry[0], d.parent, d.returns)
-                    if returned[0] == "sym" and self._is_class(returned[1]):
-                        return ("instance", returned[1])
+                if d.returns:
+                    return self.annotated(entry[0], d.parent, d.returns)
             return OBJECT
         finally:
             self._typing.discard(key)
+
+    def annotated(self, facts: FileFacts, scope: int, chain: tuple) -> tuple:
+        """The instance (or, for an ``ELEMENTS`` chain, the container of instances) an annotation names."""
+        container = chain[0] == ELEMENTS
+        made = self.chain(facts, scope, chain[1:] if container else chain)
+        if made[0] == "sym" and self._is_class(made[1]):
+            return ("container" if container else "instance", made[1])
+        return OBJECT
 
     def fixture(self, facts: FileFacts, name: str) -> tuple:
         """A test parameter: the instance its pytest fixture builds, else OBJECT."""
@@ -283,11 +302,11 @@ class Resolver:
                 result = self.in_class(cls, attr)
                 if result[0] == "missing" or result is OBJECT:
                     typed = self.instance_attr(cls, attr)
-                    if typed[0] == "instance":  # an instance attribute of a pinned type
+                    if typed[0] in ("instance", "container"):  # an instance attribute of a pinned type
                         result = typed
                     elif result[0] == "missing":  # of unknown type, or a method of a subclass
                         result = ("dispatch", attr)
-            elif result is OBJECT or kind == "dispatch":
+            elif result is OBJECT or kind in ("dispatch", "container"):
                 result = ("dispatch", attr)
             else:
                 return result, deepest
@@ -298,6 +317,37 @@ class Resolver:
     def _is_class(self, qname: str) -> bool:
         entry = self.defs.get(qname)
         return entry is not None and entry[0].defs[entry[1]].kind == "class"
+
+    def _closure_fixtures(self, facts: FileFacts) -> dict[tuple[int, str], str]:
+        """(nested def scope, name) -> fixture qname, for names a def nested in a test or fixture reads from the
+        enclosing one's parameters (``def setup(): ... hooks``) where no closer scope binds them."""
+        out: dict[tuple[int, str], str] = {}
+        if not facts.fixture_params:
+            return out
+        fixtures = {}
+        for owner, name in facts.fixture_params:
+            found = self.fixture_def(facts, name)
+            if found is not None:
+                fixtures[owner, name] = found[1].qname
+        if not fixtures:
+            return out
+        owners = {owner for owner, _ in fixtures}
+        for scope, d in enumerate(facts.defs):
+            parent = d.parent
+            while parent >= 0 and parent not in owners:
+                parent = facts.defs[parent].parent
+            if parent < 0:
+                continue
+            for (owner, name), qname in fixtures.items():
+                if owner != parent:
+                    continue
+                inner, shadowed = scope, False
+                while inner != owner:  # a closer binding of the name hides the fixture
+                    shadowed = shadowed or name in facts.scope_bindings[inner]
+                    inner = facts.defs[inner].parent
+                if not shadowed:
+                    out[scope, name] = qname
+        return out
 
     # -- one file ----------------------------------------------------------------------------
     def link(self, facts: FileFacts) -> tuple[list[Reference], list[Unresolved], set[str], set[str]]:
@@ -335,7 +385,10 @@ class Resolver:
             if found is not None and found[1].qname != defs[scope].qname:
                 refs.append(Reference(defs[scope].qname, found[1].qname, path, defs[scope].line, "fixture"))
         method_names = self.method_names
+        closures = self._closure_fixtures(facts)
         for scope, lookup, line, kind, chain, text, obj_type in facts.refs:
+            if closures and (lookup, chain[0]) in closures:  # a nested def using its test's fixture
+                refs.append(Reference(source_of(scope), closures[lookup, chain[0]], path, line, "fixture"))
             result, deepest = self.walk(facts, lookup, chain)
             tag = result[0]
             if tag == "sym":
