@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FOLDERS = {"envs": "repogym.envs", "agents": "repogym.agents", "trainer": "repogym.trainer", "bench": "repogym.bench",
-           "repogym": "repogym"}
+           "integrations": "repogym.integrations", "repogym": "repogym"}
 # Files that run inside sandboxes or as scripts: stdlib only, never imported by the host.
 NOT_IMPORTED = ("repogym.envs.sandbox.inside", "repogym.envs.sandbox.local_launch")
 
@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("repogym.envs",),                                       # the package: registers the env id
     ("repogym.agents",),
     ("repogym.bench", "repogym.trainer"),
+    ("repogym.integrations",),                               # repogym inside other trainers and harnesses
     ("repogym.cli",),
     ("repogym",),
 ]

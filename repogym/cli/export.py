@@ -1,0 +1,29 @@
+"""``repogym export``: trajectory files as one Hugging Face ``datasets``-loadable file (JSONL or Parquet)."""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("export", help="write trajectories as a datasets-loadable JSONL or Parquet file",
+                            description="Write trajectory files (bench, training or TRL rollouts) as one row per "
+                                        "episode: chat messages with tool calls and results, reward, status, task "
+                                        "id, and token ids with their loss mask where the agent recorded them. "
+                                        "Load the result with datasets.load_dataset('json' or 'parquet', "
+                                        "data_files=FILE).")
+    parser.add_argument("trajectories", nargs="+", metavar="TRAJECTORIES",
+                        help="trajectory JSONL files, or folders searched for *.jsonl (files there that are not "
+                             "trajectories, such as metrics.jsonl, are skipped)")
+    parser.add_argument("--out", required=True, metavar="FILE",
+                        help="the file to write; its suffix picks the format: .jsonl or .parquet")
+    parser.add_argument("--no-tokens", action="store_true",
+                        help="leave out token ids, loss mask and logprobs (smaller files for chat-form data)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from repogym.agents.export import export_trajectories
+
+    summary = export_trajectories(args.trajectories, args.out, tokens=not args.no_tokens)
+    note = f" (skipped {len(summary.skipped)} files that are not trajectories)" if summary.skipped else ""
+    print(f"wrote {summary.rows} episodes to {summary.out}{note}")
+    return 0
