@@ -5,8 +5,12 @@
 2. Tool-step overhead: ``env.step`` of a ``bash`` call versus a raw ``docker exec`` of the same command
    in the same container.
 
-Targets (issue 2): warm reset p50 at least 5x faster than a fresh container; step overhead under 1.3x.
-Run: ``python -m benchmarks.sandbox [--episodes 20] [--steps 30] [--task ID]``.
+3. Fork latency (issue 24): ``env.fork(n)`` for n = 1, 8, 32 mid-episode, the forks taken from a warm pool, beside
+   the warm reset and the fresh container of (1).
+
+Targets: warm reset p50 at least 5x faster than a fresh container; step overhead under 1.3x; 8 forks in under
+300 ms p50 on docker. Run: ``python -m benchmarks.sandbox [--episodes 20] [--steps 30] [--forks 1,8,32]
+[--fork-rounds 5] [--task ID]``.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--task", default=None, help="task id (default: the first builtin task)")
+    parser.add_argument("--forks", default="1,8,32", help="comma-separated fork counts n to time env.fork(n) for")
+    parser.add_argument("--fork-rounds", type=int, default=5, help="forks timed per n")
     parser.add_argument("--json", action="store_true", help="also print the numbers as JSON")
     args = parser.parse_args()
     task = find_task(args.task) if args.task else load_suite("builtin")[0]
@@ -82,6 +88,8 @@ def main() -> int:
         raw.append(time.perf_counter() - start)
     env.close()
 
+    fork_times = time_forks(task, [int(n) for n in args.forks.split(",") if n.strip()], args.fork_rounds)
+
     r50, f50 = statistics.median(ours), statistics.median(fresh)
     s50, x50 = statistics.median(steps), statistics.median(raw)
     print(f"task {task.instance_id}, {args.episodes} episodes, {args.steps} steps, docker backend")
@@ -90,15 +98,49 @@ def main() -> int:
     print(f"{'fresh container/episode':28}{f50 * 1e3:>10.1f}{pct(fresh, .95) * 1e3:>10.1f}")
     print(f"{'tool step (env.step bash)':28}{s50 * 1e3:>10.1f}{pct(steps, .95) * 1e3:>10.1f}")
     print(f"{'raw docker exec':28}{x50 * 1e3:>10.1f}{pct(raw, .95) * 1e3:>10.1f}")
+    for n, times in fork_times.items():
+        print(f"{f'env.fork({n}), warm pool':28}{statistics.median(times) * 1e3:>10.1f}{pct(times, .95) * 1e3:>10.1f}")
     speedup, overhead = f50 / r50, s50 / x50
     print(f"reset speed-up (fresh p50 / warm p50): {speedup:.1f}x   target >= 5x   "
           f"{'OK' if speedup >= 5 else 'MISSED'}")
     print(f"step overhead (env.step p50 / raw exec p50): {overhead:.2f}x   target < 1.3x   "
           f"{'OK' if overhead < 1.3 else 'MISSED'}")
+    fork8 = statistics.median(fork_times[8]) if 8 in fork_times else None
+    if fork8 is not None:
+        print(f"8 forks p50: {fork8 * 1e3:.0f} ms   target < 300 ms   {'OK' if fork8 < 0.3 else 'MISSED'}")
     if args.json:
         print(json.dumps({"reset_speedup": speedup, "step_overhead": overhead, "warm_reset_p50_s": r50,
-                          "fresh_p50_s": f50, "step_p50_s": s50, "raw_exec_p50_s": x50}))
-    return 0 if speedup >= 5 and overhead < 1.3 else 1
+                          "fresh_p50_s": f50, "step_p50_s": s50, "raw_exec_p50_s": x50,
+                          "fork_p50_s": {n: statistics.median(t) for n, t in fork_times.items()}}))
+    return 0 if speedup >= 5 and overhead < 1.3 and (fork8 is None or fork8 < 0.3) else 1
+
+
+def time_forks(task, counts: list[int], rounds: int) -> dict[int, list[float]]:
+    """Seconds per ``env.fork(n)`` mid-episode (after an edit, a commit and a scratch file), the pool full first."""
+    from repogym.envs.repo_env import EnvConfig
+
+    out: dict[int, list[float]] = {}
+    env = RepoTaskEnv(task=task, config=EnvConfig(sandbox="docker", max_turns=10_000, eval_pool_size=0,
+                                                  fork_pool_size=max(counts, default=1)))
+    try:
+        env.reset()
+        env.step(json.dumps({"name": "bash", "arguments": {"command": "echo x >> README.md && git commit -qam x && "
+                                                                      "echo s > /tmp/s && touch new.txt"}}))
+        pool = env._fork_pool(env.task)
+        for n in counts:
+            out[n] = []
+            for _ in range(rounds):
+                deadline = time.monotonic() + 300
+                while pool._ready.qsize() < n and time.monotonic() < deadline:  # every fork from the warm pool
+                    time.sleep(0.1)
+                start = time.perf_counter()
+                forks = env.fork(n)
+                out[n].append(time.perf_counter() - start)
+                for fork in forks:
+                    fork.close()
+    finally:
+        env.close()
+    return out
 
 
 if __name__ == "__main__":

@@ -96,6 +96,16 @@ class SandboxRequestError(RepogymError):
     observation or an ``unresolved`` grade, never an excluded episode."""
 
 
+class ForkRefused(RepogymError):
+    """An episode could not be branched (``RepoTaskEnv.fork``): its files are over the size limit, or its sandbox
+    refused or died by the agent's hand. Not an :class:`InfraError`: the agent's state caused it; the source
+    episode goes on (a dead sandbox ends it at its next step, as the agent's outcome)."""
+
+    def __init__(self, message: str):
+        self.message = message
+        super().__init__(f"cannot fork this episode: {message}")
+
+
 class TestRunTimeout(InfraError):
     """A test run passed the harness's time limit (the tests hung, not the sandbox failing)."""
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 import copy
 import string
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import gymnasium as gym
 
 from repogym.envs.actions import FORMAT_HINT, parse_action
-from repogym.envs.errors import ConfigError, InfraError, SandboxError, SandboxKilledByAgent
+from repogym.envs.errors import ConfigError, ForkRefused, InfraError, SandboxError, SandboxKilledByAgent
 from repogym.envs.rewards import EvalRecord, grade
 from repogym.envs.rewards.components import EpisodeFacts, RewardConfig, compute_reward
 from repogym.envs.rewards.facts import analyze_sandbox, ran_tests_since_last_edit, tests_since_last_edit
@@ -75,6 +76,11 @@ class EnvConfig:
     """Grade the diff when the turn limit ends an episode (else reward 0 with status ``not_submitted``)."""
     eval_pool_size: int = 1
     """Grading sandboxes kept started ahead of time (per environment image)."""
+    fork_pool_size: int = 0
+    """Agent sandboxes kept started for :meth:`RepoTaskEnv.fork` (per environment image, filled from reset on);
+    0: a fork starts its sandboxes when asked. Set it to the largest ``n`` you fork by for forks without a start."""
+    fork_max_bytes: int = 128 << 20
+    """Most bytes of files (repository, ``.git``, scratch folders) a fork copies; past it, ``fork`` refuses."""
     reward: RewardConfig | str = "default"
     """Reward components and weights, or the name of a preset in
     :data:`repogym.envs.rewards.components.PRESETS` (``default``: tests only; ``process``; ``shaped``)."""
@@ -93,6 +99,9 @@ class EnvConfig:
     def __post_init__(self):
         if self.max_turns < 1:
             raise ConfigError(f"max_turns must be >= 1, got {self.max_turns}")
+        if self.fork_pool_size < 0 or self.eval_pool_size < 0:
+            raise ConfigError(f"pool sizes must be >= 0, got eval_pool_size={self.eval_pool_size}, "
+                              f"fork_pool_size={self.fork_pool_size}")
         if self.max_observation_tokens is not None and self.tokenizer is None:
             raise ConfigError("max_observation_tokens needs a tokenizer to count with: set EnvConfig.tokenizer")
         for name in ("max_observation_tokens", "max_wall_s"):
@@ -136,6 +145,10 @@ class RepoTaskEnv(gym.Env):
         self._sandbox = None
         self._sandbox_key: str | None = None
         self._pools: dict[str, SandboxPool] = {}
+        self._fork_pools: dict[str, SandboxPool] = {}
+        self._owns_pools = True  # forks share their source's pools; only the source closes them
+        self.fork_info: dict[str, Any] | None = None
+        """Set on an environment :meth:`fork` made: its source's turn and what the fork could not copy."""
         self.task: Task | None = None
         self._done = True
         self._last_obs = ""
@@ -189,6 +202,11 @@ class RepoTaskEnv(gym.Env):
             self._pools[task.env_key] = SandboxPool(self._factory(task), self.config.eval_pool_size)
         return self._pools[task.env_key]
 
+    def _fork_pool(self, task: Task) -> SandboxPool:
+        if task.env_key not in self._fork_pools:
+            self._fork_pools[task.env_key] = SandboxPool(self._factory(task), self.config.fork_pool_size)
+        return self._fork_pools[task.env_key]
+
     def _load(self, task: Task) -> int:
         """Load ``task`` into a clean sandbox; returns how many sandboxes had to be replaced on the way.
 
@@ -219,6 +237,9 @@ class RepoTaskEnv(gym.Env):
         self.task = self._pick(options)
         restarts = self._load(self.task)
         self._grading_pool(self.task)  # start warming grading sandboxes while the agent works
+        if self.config.fork_pool_size:
+            self._fork_pool(self.task)
+        self.fork_info = None
         self.turn, self.well_formed, self._done = 0, 0, False
         self.ctx = ToolContext(self._sandbox, self.task, self.config.command_timeout, self.config.max_command_timeout)
         obs = self._intro(self.task)
@@ -296,6 +317,8 @@ class RepoTaskEnv(gym.Env):
                 info["infra_error"] = info["eval"].get("error")
         info["duration_s"] = round(time.monotonic() - start, 4)
         info["usage"] = self._count(obs, None if budget else measured)
+        if self.fork_info is not None and self.turn == self.fork_info["source_turn"] + 1:
+            info["fork"] = self.fork_info
         self._last_obs = obs
         # Absent rather than None: vector envs stack info values by type, and None breaks that.
         return obs, float(reward), terminated, truncated, {k: v for k, v in info.items() if v is not None}
@@ -400,6 +423,73 @@ class RepoTaskEnv(gym.Env):
             return EvalRecord(self.task.instance_id, Status.UNRESOLVED, error={
                 "where": "env.grade", "message": f"internal error while grading: {type(exc).__name__}: {exc}"}), patch
 
+    # -- branching --------------------------------------------------------------------------------------
+    def fork(self, n: int) -> list[RepoTaskEnv]:
+        """``n`` new environments at this very step of this episode, each then going its own way.
+
+        Each fork's sandbox holds the same repository (files and every git object), scratch folders and base
+        (a reset in it goes back to the task's base commit) as this one now, and the fork has the same task,
+        turn count, usage, wall-clock start and episode state (edits, test runs). This environment goes on
+        unchanged. Running processes are not copied; neither are sockets, POSIX message queues or files the
+        agent made unreadable: each fork's ``fork_info["not_copied"]`` lists those, and its next step's
+        ``info["fork"]`` repeats ``fork_info``. Forks come from the warm pool (``EnvConfig.fork_pool_size``)
+        and share this environment's pools; close each fork (before this environment) when done with it.
+
+        Raises :class:`ForkRefused` when the episode's state cannot be copied (over ``EnvConfig.fork_max_bytes``,
+        or the agent broke or killed its sandbox: its next step tells it so) and :class:`InfraError` when a
+        sandbox fails from outside; no fork is left open then, and this environment goes on.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"fork: n must be an int >= 1, got {n!r}")
+        if self._done or self.task is None or self._sandbox is None:
+            raise RuntimeError("fork needs an episode in progress: call reset() first (a finished episode has "
+                               "nothing left to branch)")
+        start = time.monotonic()
+        try:
+            state = self._sandbox.export_state(self.config.fork_max_bytes)
+        except SandboxRequestError as exc:
+            raise ForkRefused(str(exc).removeprefix("ValueError: ")) from None
+        except SandboxKilledByAgent as exc:
+            self._sandbox.dirty_reason = self._sandbox.dirty_reason or str(exc)
+            raise ForkRefused(f"the sandbox died by the agent's hand: {exc.message}") from None
+        pool = self._fork_pool(self.task)
+        forks = [self._branch() for _ in range(n)]
+
+        def populate(child: RepoTaskEnv) -> None:
+            child._sandbox = pool.acquire()
+            child.ctx.sandbox = child._sandbox
+            try:
+                child._sandbox.import_state(state)
+            except SandboxRequestError as exc:  # what the agent's files made impossible to write back
+                raise ForkRefused(str(exc)) from None
+
+        try:
+            if n == 1:
+                populate(forks[0])
+            else:
+                with ThreadPoolExecutor(max_workers=min(n, 16), thread_name_prefix="repogym-fork") as workers:
+                    list(workers.map(populate, forks))
+        except BaseException:
+            for child in forks:
+                child.close()
+            raise
+        info = {"source_turn": self.turn, "forks": n, "not_copied": list(state.not_copied),
+                "processes": "not copied", "state_bytes": state.size, "latency_s": round(time.monotonic() - start, 4)}
+        for child in forks:
+            child.fork_info = dict(info)
+        return forks
+
+    def _branch(self) -> RepoTaskEnv:
+        """A copy of this environment's episode bookkeeping, with no sandbox of its own yet."""
+        child = copy.copy(self)
+        child._sandbox = None
+        child._owns_pools = False
+        child._np_random = copy.deepcopy(self._np_random)
+        child._usage = dict(self._usage)
+        episode = copy.deepcopy(self.ctx.episode)
+        child.ctx = replace(self.ctx, sandbox=None, episode=episode)
+        return child
+
     def render(self) -> str | None:
         return self._last_obs if self.render_mode == "ansi" else None
 
@@ -407,9 +497,11 @@ class RepoTaskEnv(gym.Env):
         if self._sandbox is not None:
             self._sandbox.close()
             self._sandbox = None
-        for pool in self._pools.values():
-            pool.close()
-        self._pools.clear()
+        if self._owns_pools:
+            for pool in (*self._pools.values(), *self._fork_pools.values()):
+                pool.close()
+            self._pools.clear()
+            self._fork_pools.clear()
         super().close()
 
     # -- helpers --------------------------------------------------------------------------------------

@@ -102,6 +102,29 @@ class Sandbox(Protocol):
         """Free every resource; idempotent."""
 
 
+@dataclass(frozen=True)
+class SandboxState:
+    """A running sandbox's files at one moment (:meth:`RunnerClient.export_state`), to fork it into others."""
+
+    backend: str
+    repo_dir: str
+    snapshot_key: str
+    base_tree: str | None
+    repo: str
+    """The repository with its ``.git``: a tar, base64 (as it travels to the runner)."""
+    scratch: dict[str, str]
+    """Scratch folder -> a tar of its content, base64."""
+    base: dict[str, Any]
+    """The pristine base a reset returns to (commit id, the base ``.git``, its config)."""
+    not_copied: tuple[str, ...]
+    """What could not be copied (an unreadable file, a socket, message queues), with why."""
+
+    @property
+    def size(self) -> int:
+        """Bytes of the archives (base64)."""
+        return len(self.repo) + sum(map(len, self.scratch.values())) + len(self.base.get("git") or "")
+
+
 class RunnerClient:
     """Shared implementation of the protocol over a JSON-lines channel to the runner.
 
@@ -228,6 +251,26 @@ class RunnerClient:
     def tree_id(self) -> str:
         """A fingerprint of the working tree's content: it changes exactly when :meth:`diff` would."""
         return self.request("tree", wait=150)["tree"]
+
+    def export_state(self, limit: int = 128 << 20) -> SandboxState:
+        """What :meth:`import_state` needs to make another sandbox of this backend this one, now; the runner
+        refuses (:class:`SandboxRequestError`) when the files are over ``limit`` bytes."""
+        if self.snapshot_key is None:
+            raise SandboxError(f"sandbox.{self.backend}.export_state", "nothing loaded to fork")
+        answer = self.request("export_state", scratch=list(self.scratch_dirs), limit=int(limit), wait=240)
+        return SandboxState(self.backend, self.repo_dir, self.snapshot_key, self.base_tree, answer["repo"],
+                            answer["scratch"], answer["base"], tuple(answer["not_copied"]))
+
+    def import_state(self, state: SandboxState) -> None:
+        """Become the sandbox ``state`` was taken from: repository, ``.git``, scratch folders, the base a reset
+        returns to. Processes running there are not copied."""
+        if state.backend != self.backend or state.repo_dir != self.repo_dir:
+            raise SandboxError(f"sandbox.{self.backend}.import_state",
+                               f"a {state.backend} state at {state.repo_dir} cannot become a {self.backend} sandbox "
+                               f"at {self.repo_dir}")
+        self.request("import_state", repo=state.repo, scratch=state.scratch, base=state.base,
+                     clean=list(self.scratch_dirs), wait=240)
+        self.snapshot_key, self.base_tree = state.snapshot_key, state.base_tree
 
     def close(self) -> None:
         if not self._closed:

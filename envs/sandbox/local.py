@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from repogym.envs.errors import RunnerExited, RunnerTimeout, SandboxError, SandboxUnavailable
@@ -95,6 +96,12 @@ def _hidden_paths(extra: tuple[str, ...] = ()) -> list[Path]:
     # The agent must not read gold patches, hidden tests or full histories.
     paths = {task_repos_dir().resolve(), cache_dir().resolve(), PROJECT_ROOT, *(Path(p).resolve() for p in extra)}
     return sorted(p for p in paths if p.exists() and p.is_dir())
+
+
+# bubblewrap's --die-with-parent fires when the *thread* that started it exits, not the process: a sandbox started
+# by a pool's filler or a worker thread would die with that thread. Every start goes through this one thread,
+# which lives as long as the process, so a sandbox dies with the process and with nothing else.
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="repogym-local-spawner")
 
 
 class LocalSandbox(RunnerClient):
@@ -179,8 +186,9 @@ class LocalSandbox(RunnerClient):
             STAGE_DIR.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-I", str(LAUNCHER), json.dumps(spec), "--", *cmd]
         try:
-            self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"})
+            self._proc = _SPAWNER.submit(
+                subprocess.Popen, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}).result()
         except OSError as exc:
             if self.cgroup is not None:
                 self.cgroup.close()

@@ -389,6 +389,99 @@ def reset(req):
     return {"killed": killed}
 
 
+# Scratch folders a fork cannot copy: POSIX message queues live in their own file system, not as files.
+UNCOPIABLE_SCRATCH = ("/dev/mqueue",)
+
+
+def _archive(folder, base, not_copied, budget):
+    """A tar (bytes) of ``folder``'s content, names relative to it, links kept as links. Written with this
+    process's effective uid, the agent's under docker, so it holds nothing the agent could not read; what
+    cannot be read or is not a file, folder, link or FIFO (a socket) is listed in ``not_copied``."""
+    buf = io.BytesIO()
+    def unreadable(exc):
+        not_copied.append(f"{os.path.join(base, os.path.relpath(exc.filename or folder, folder))} "
+                          f"({exc.strerror or exc})")
+
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for top, dirs, files in os.walk(folder, onerror=unreadable):
+            dirs.sort()
+            for name in list(dirs) + sorted(files):
+                path = os.path.join(top, name)
+                arcname = os.path.relpath(path, folder)
+                try:
+                    info = tar.gettarinfo(path, arcname)
+                    if info is not None and buf.tell() + info.size > budget[0]:
+                        raise ValueError(f"the state is over the fork limit of {budget[1]} bytes "
+                                         f"(at {os.path.join(base, arcname)})")
+                    if info is None:
+                        not_copied.append(f"{os.path.join(base, arcname)} (a socket)")
+                    elif info.isreg():
+                        with open(path, "rb") as fh:
+                            tar.addfile(info, fh)
+                    else:
+                        tar.addfile(info)
+                except OSError as exc:
+                    not_copied.append(f"{os.path.join(base, arcname)} ({exc.strerror or exc})")
+                    if name in dirs:
+                        dirs.remove(name)
+    return buf.getvalue()
+
+
+def export_state(req):
+    """Everything a fork needs to be this sandbox now: the repository with its whole ``.git``, the scratch
+    folders, and the pristine base a reset goes back to. Running processes are not part of it."""
+    not_copied = []
+    scratch = {}
+    limit = int(req.get("limit", 128 << 20))
+    budget = [limit, limit]  # bytes left, the limit
+
+    def archive(folder, base):
+        data = _archive(folder, base, not_copied, budget)
+        budget[0] -= len(data)
+        return base64.b64encode(data).decode()
+
+    for folder in req.get("scratch", []):
+        if folder in UNCOPIABLE_SCRATCH:
+            if os.path.isdir(folder) and os.listdir(folder):
+                not_copied.append(f"{folder} (POSIX message queues)")
+            continue
+        if os.path.isdir(folder):
+            scratch[folder] = archive(folder, folder)
+    repo = archive(ROOT, ".")
+    base = {k: base64.b64encode(v).decode() if isinstance(v, bytes) else v for k, v in _BASE.items()}
+    return {"repo": repo, "scratch": scratch, "base": base, "not_copied": not_copied}
+
+
+def _extract(data, folder, repository):
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(data))) as tar:
+        for member in tar.getmembers():
+            if repository:
+                _inside(member.name)  # no absolute paths, no ../ escapes
+            elif os.path.isabs(member.name) or ".." in member.name.split("/"):
+                raise ValueError(f"scratch path {member.name!r} is outside {folder}")
+            member.mode &= 0o1777  # no setuid/setgid bits (what Python 3.12's "tar" filter does; images run older)
+        # Links may point anywhere, as the agent's own could: written with the agent's effective uid, they reach
+        # nothing it could not.
+        tar.extractall(folder)
+
+
+def import_state(req):
+    """Become the sandbox :func:`export_state` described: strays killed, scratch and repository replaced."""
+    killed = _kill_strays()
+    _clean_scratch(req.get("clean", []))
+    _clear(ROOT)
+    _extract(req["repo"], ROOT, True)
+    for folder, data in (req.get("scratch") or {}).items():
+        if folder not in req.get("clean", []):
+            raise ValueError(f"{folder} is not a scratch folder of this sandbox")
+        _extract(data, folder, False)
+    base = req["base"]
+    _BASE["commit"] = base["commit"]
+    _BASE["git"] = base64.b64decode(base["git"]) if base.get("git") else None
+    _BASE["config"] = base64.b64decode(base["config"]) if base.get("config") else None
+    return {"killed": killed}
+
+
 def _start_time(pid):
     with open(f"/proc/{pid}/stat") as fh:
         return int(fh.read().rsplit(")", 1)[1].split()[19])
@@ -451,6 +544,7 @@ def tree(req):
 
 
 OPS = {"run": run, "tree": tree, "read": read, "write": write, "load": load, "reset": reset, "diff": diff,
+       "export_state": export_state, "import_state": import_state,
        "ping": lambda req: {"pid": os.getpid(), **HARDENED}}
 HARDENED = {}
 
