@@ -159,3 +159,24 @@ def test_git_attacks_planted_before_a_fork_do_not_run_in_it(env, tiny_task, atta
     finally:
         fork.close()
     assert json.loads(json.dumps(env.fork_info)) is None  # the source is no fork
+
+
+def test_a_sync_vector_env_forks_each_of_its_envs(tiny_task):
+    import gymnasium
+
+    import repogym.envs  # noqa: F401  (registers the id)
+    vec = gymnasium.make_vec("repogym/RepoTask-v0", num_envs=2, vectorization_mode="sync", task=tiny_task,
+                             sandbox="local", config=EnvConfig(eval_pool_size=0))
+    try:
+        vec.reset(seed=0)
+        vec.step([call("bash", command="echo a > /tmp/mark"), call("bash", command="echo b > /tmp/mark")])
+        groups = vec.call("fork", 2)
+        try:
+            assert [len(g) for g in groups] == [2, 2]
+            marks = [[run(fork, "cat /tmp/mark").strip() for fork in group] for group in groups]
+            assert marks == [["a", "a"], ["b", "b"]]
+        finally:
+            for fork in (f for group in groups for f in group):
+                fork.close()
+    finally:
+        vec.close()
