@@ -157,6 +157,8 @@ class SoakReport:
     host_files: list[str] = field(default_factory=list)
     """Files hostile episodes wrote that appeared on the host (removed after the count)."""
     hostile_every: int | None = None
+    left_after_gc: list[str] = field(default_factory=list)
+    """Containers of the run still there after ``repogym gc`` for the run (the count above is before any gc)."""
 
     def phase(self, name: str) -> list[Episode]:
         return [e for e in self.episodes if e.phase == name]
@@ -208,6 +210,7 @@ class SoakReport:
         """Every leak and broken invariant, one line each (empty: the soak passed)."""
         found = []
         for what, items in (("leaked containers", self.leaked_containers),
+                            ("containers left after gc", self.left_after_gc),
                             ("leaked processes", self.leaked_processes), ("leaked threads", self.leaked_threads),
                             ("leaked sandbox folders", self.leaked_dirs), ("hung env threads", self.hung_envs),
                             ("errors closing envs", self.close_errors)):
@@ -273,7 +276,8 @@ class SoakReport:
                 "latency_s": self.latency(), "rss_before_mb": self.rss_before_mb, "rss_after_mb": self.rss_after_mb,
                 "rss_growth_mb": self.rss_growth_mb, "rss_peak_mb": self.rss_peak_mb,
                 "fds_before": self.fds_before, "fds_after": self.fds_after,
-                "leaked_containers": self.leaked_containers, "leaked_processes": self.leaked_processes,
+                "leaked_containers": self.leaked_containers, "left_after_gc": self.left_after_gc,
+                "leaked_processes": self.leaked_processes,
                 "leaked_threads": self.leaked_threads, "leaked_dirs": self.leaked_dirs,
                 "hung_envs": self.hung_envs, "close_errors": self.close_errors, "problems": self.problems(),
                 "hostile_every": self.hostile_every, "hostile": hostile_summary(self),
@@ -675,9 +679,15 @@ def _soak(n_envs: int, minutes: float, kill_every_s: float | None, backend: str,
             os.remove(path)
         except OSError:
             pass
+    left_after_gc = []
+    if backend == "docker":
+        from repogym.envs.sandbox.gc import reap
+        reap(run_id=run_id)  # what gc would do right now; this process (their owner) is alive, so only orphans go
+        left_after_gc = sorted(c.name for c in _containers(run_id))
     report = SoakReport(run_id, backend, n_envs, minutes, kill_every_s or None, episodes, kills, load_s,
                         rss_before, rss_mb(), max(peak[0], rss_mb()), fds_before, open_fds(), leaked_containers,
-                        leaked_processes, leaked_threads, leaked_dirs, hung, close_errors, on_host, hostile_every)
+                        leaked_processes, leaked_threads, leaked_dirs, hung, close_errors, on_host, hostile_every,
+                        left_after_gc=left_after_gc)
     for container in leftovers:  # counted above; do not leave them on the machine
         try:
             container.remove(force=True)
@@ -770,6 +780,8 @@ def render(report: SoakReport) -> str:
                  f"({report.rss_growth_mb:+.1f} MB, {per100:+.2f} MB per 100 episodes), "
                  f"peak {report.rss_peak_mb:.1f} MB; "
                  f"open fds {report.fds_before} -> {report.fds_after}")
+    lines.append(f"containers of the run at the end: {len(report.leaked_containers)} before any gc, "
+                 f"{len(report.left_after_gc)} after gc")
     lines.append(f"leaks after close: containers {len(report.leaked_containers)}, processes "
                  f"{len(report.leaked_processes)}, threads {len(report.leaked_threads)}, sandbox folders "
                  f"{len(report.leaked_dirs)}" + (f", hostile files on the host {len(report.host_files)}"

@@ -110,6 +110,14 @@ def test_owner_alive_by_pid_start_time_and_heartbeat(world):
     assert owner_alive("not an owner", 120) is False
 
 
+def test_a_dead_owner_on_this_host_is_dead_at_once_whatever_its_heartbeat(world):
+    dead = _dead_owner()
+    beat = heartbeat_path(dead)
+    beat.parent.mkdir(parents=True, exist_ok=True)
+    beat.write_text(dead)  # it beat a moment before it died
+    assert owner_status(dead, 120) == (False, f"owner dead (pid {dead.split(':')[1]} gone)")
+
+
 # --- temp dirs, cgroups, heartbeats without Docker ------------------------------------------------------
 
 def test_tempdirs_of_dead_owners_go_live_and_unmarked_ones_stay(world):
@@ -354,3 +362,33 @@ def test_gc_reaps_the_sandbox_of_a_crashed_run(docker_world, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[:2] == ["removed 1 leftover(s)", "container (1):"] and lines[2].startswith(f"  {name}  ")
     assert gc.find_leftovers(run_id=run) == []
+
+
+@pytest.mark.docker
+def test_containers_of_a_dead_owner_here_go_at_once_and_others_stay(world, monkeypatch):
+    from repogym.envs.sandbox.docker import container_labels
+    from repogym.envs.sandbox.docker_client import docker_client
+    from repogym.envs.sandbox.gc import reap_dead_owners_here
+    from repogym.envs.sandbox.images import ensure_env_image
+    from repogym.envs.sandbox.owner import OWNER_LABEL
+
+    require_backend("docker")
+    client = docker_client()
+    monkeypatch.setattr(gc, "docker_client", docker_client)
+    run = f"gc-here-{os.getpid()}"
+    owners = {"dead": _dead_owner(), "foreign": "some-other-host:4242:777"}
+    made = {}
+    for who, owner in owners.items():
+        labels = {**container_labels(run), OWNER_LABEL: owner}
+        made[who] = client.containers.create(ensure_env_image({}), ["sleep", "1"], labels=labels).name
+    try:
+        report = reap_dead_owners_here(run)
+        assert [item.name for item in report.leftovers if item.removed] == [made["dead"]]
+        names = {c.name for c in client.containers.list(all=True, filters={"label": f"repogym.run={run}"})}
+        assert names == {made["foreign"]}  # another host's owner waits for its heartbeat to go stale
+    finally:
+        for name in made.values():
+            try:
+                client.containers.get(name).remove(force=True)
+            except Exception:
+                pass

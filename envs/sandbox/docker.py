@@ -18,6 +18,7 @@ failed a request is marked dirty, and its owner replaces it with a fresh contain
 
 from __future__ import annotations
 
+import logging
 import select
 import socket
 import struct
@@ -28,7 +29,10 @@ from repogym.envs.errors import RunnerExited, RunnerTimeout, SandboxError, Sandb
 from repogym.envs.sandbox.base import REPO_DIR, WRITABLE, RunnerClient, SandboxConfig
 from repogym.envs.sandbox.docker_client import docker_client
 from repogym.envs.sandbox.images import ensure_env_image
+from repogym.envs.sandbox.cleanup import register_sandbox, unregister_sandbox
 from repogym.envs.sandbox.owner import owner_labels
+
+log = logging.getLogger(__name__)
 
 LABEL = "repogym"
 AGENT_UID = 1000  # the image's `agent` user; owns the tmpfs folders
@@ -66,6 +70,8 @@ class DockerSandbox(RunnerClient):
         writable = {repo_dir if path == REPO_DIR else path: size for path, size in WRITABLE.items()}
         self.name = f"repogym-{self.config.run_id}-{uuid.uuid4().hex[:8]}"
         labels = {**container_labels(self.config.run_id), **self.config.labels}
+        # Recorded before the daemon makes it: an exit at any moment from here on removes it (by name or owner label).
+        register_sandbox(self, docker=True)
         try:
             self.container = self.client.containers.run(
                 self.image, ["sleep", "infinity"], name=self.name, detach=True, labels=labels,
@@ -182,9 +188,16 @@ class DockerSandbox(RunnerClient):
         self._remove()
 
     def _remove(self) -> None:
-        container = getattr(self, "container", None)
-        if container is not None:
+        """Remove the container (by name when its creation never returned); a failure is retried once, then
+        left to the exit sweep and ``repogym gc``."""
+        for attempt in range(2):
             try:
+                container = getattr(self, "container", None) or self.client.containers.get(self.name)
                 container.remove(force=True)
-            except Exception:
-                pass  # already gone; `repogym gc` reaps anything left
+                break
+            except Exception as exc:
+                if type(exc).__name__ == "NotFound":
+                    break
+                if attempt:
+                    log.warning("could not remove container %s: %s", self.name, exc)
+        unregister_sandbox(self)

@@ -270,3 +270,19 @@ def reap(run_id: str | None = None, older_than_s: float = 0.0, stale_after_s: fl
         except Exception as exc:  # already gone, busy, permission: one failure must not stop the rest
             item.error = f"{type(exc).__name__}: {exc}"
     return report
+
+
+def reap_dead_owners_here(run_id: str | None = None) -> GcReport:
+    """Remove at once what owners on this host that are provably gone (their pid no longer runs with the recorded
+    start time) left behind; nothing of an owner on another host or of unknown owner is touched, whatever its
+    heartbeat. Run by a new rollout worker and by the driver when it replaces a dead one."""
+    report = survey(run_id)
+    report.leftovers = [item for item in report.leftovers
+                        if item.kind in ("container", "volume", "tempdir") and item.reason.startswith("owner dead")]
+    for item in report.leftovers:
+        try:
+            item.remove()
+            item.removed = True
+        except Exception as exc:
+            item.error = f"{type(exc).__name__}: {exc}"
+    return report

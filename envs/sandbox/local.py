@@ -39,6 +39,7 @@ from pathlib import Path
 from repogym.envs.errors import RunnerExited, RunnerTimeout, SandboxError, SandboxUnavailable
 from repogym.envs.sandbox.base import INSIDE_DIR, REPO_DIR, WRITABLE, RunnerClient, SandboxConfig
 from repogym.envs.sandbox.cgroups import Cgroup, parse_bytes
+from repogym.envs.sandbox.cleanup import register_sandbox, unregister_sandbox
 from repogym.envs.sandbox.local_env import ensure_local_env
 from repogym.envs.sandbox.local_launch import HOST_UID
 from repogym.envs.tasks.cache import cache_dir
@@ -185,6 +186,7 @@ class LocalSandbox(RunnerClient):
         if os.geteuid() == 0:
             STAGE_DIR.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-I", str(LAUNCHER), json.dumps(spec), "--", *cmd]
+        register_sandbox(self)
         try:
             self._proc = _SPAWNER.submit(
                 subprocess.Popen, cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -192,6 +194,7 @@ class LocalSandbox(RunnerClient):
         except OSError as exc:
             if self.cgroup is not None:
                 self.cgroup.close()
+            unregister_sandbox(self)
             raise SandboxError("sandbox.local.start", f"could not start bubblewrap: {exc}") from exc
         self._buf = b""
         try:
@@ -253,3 +256,4 @@ class LocalSandbox(RunnerClient):
                 pass
         if self.cgroup is not None:
             self.cgroup.close()
+        unregister_sandbox(self)

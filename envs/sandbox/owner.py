@@ -4,9 +4,9 @@ An owner id is ``<hostname>:<pid>:<start time>``; the start time (from ``/proc/<
 reuse harmless. Containers carry it in the ``repogym.owner`` label, local sandbox folders in a
 ``.repogym-owner`` marker file.
 
-Guaranteed: an owner on this host counts as alive while its pid runs with the same start time; any
-owner counts as alive while its heartbeat file (touched every ``HEARTBEAT_INTERVAL_S`` by a daemon
-thread) is fresh. Not guaranteed: an owner on another host is only seen alive if its heartbeat folder is
+Guaranteed: an owner on this host is alive exactly while its pid runs with the same start time (its
+heartbeat is not asked: a dead owner is reaped at once); an owner on another host counts as alive while its
+heartbeat file (touched every ``HEARTBEAT_INTERVAL_S`` by a daemon thread) is fresh. Not guaranteed: an owner on another host is only seen alive if its heartbeat folder is
 shared with this one (same ``REPOGYM_CACHE`` or ``REPOGYM_HEARTBEAT_DIR``); otherwise it looks dead.
 """
 
@@ -163,6 +163,10 @@ def owner_status(owner: str, stale_after_s: float) -> tuple[bool, str]:
     """``(alive, why)`` for an owner id; ``why`` says what decided it, for gc to print."""
     owner = owner.strip()
     parsed = parse_owner(owner)
+    if parsed is not None and parsed[0] == socket.gethostname():
+        # On this host the pid and its start time prove life or death at once; a heartbeat file a dead owner
+        # touched seconds ago proves nothing.
+        return _local_status(*parsed[1:])
     heartbeat_age = None
     if owner:
         try:
@@ -173,20 +177,23 @@ def owner_status(owner: str, stale_after_s: float) -> tuple[bool, str]:
         return True, f"heartbeat {heartbeat_age:.0f} s old"
     if parsed is None:
         return False, f"unparseable owner {owner!r}"
-    host, pid, start = parsed
-    if host == socket.gethostname():
-        now_start = _start_time(pid)
-        if now_start is None:
-            # No /proc (not Linux) or the pid is gone; without /proc fall back to a signal probe.
-            if Path("/proc/self/stat").exists() or not _pid_alive(pid):
-                return False, f"owner dead (pid {pid} gone)"
-            return True, f"owner pid {pid} runs"
-        if start in ("0", now_start):
-            return True, f"owner pid {pid} runs"
-        return False, f"owner dead (pid {pid} reused by another process)"
+    host = parsed[0]
     if heartbeat_age is None:
         return False, f"owner on another host ({host}), no heartbeat"
     return False, f"heartbeat stale ({heartbeat_age:.0f} s old, owner on {host})"
+
+
+def _local_status(pid: int, start: str) -> tuple[bool, str]:
+    """``(alive, why)`` of an owner on this host: its pid runs with the recorded start time."""
+    now_start = _start_time(pid)
+    if now_start is None:
+        # No /proc (not Linux) or the pid is gone; without /proc fall back to a signal probe.
+        if Path("/proc/self/stat").exists() or not _pid_alive(pid):
+            return False, f"owner dead (pid {pid} gone)"
+        return True, f"owner pid {pid} runs"
+    if start in ("0", now_start):
+        return True, f"owner pid {pid} runs"
+    return False, f"owner dead (pid {pid} reused by another process)"
 
 
 def owner_alive(owner: str, stale_after_s: float) -> bool:

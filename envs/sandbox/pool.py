@@ -6,6 +6,7 @@ import queue
 import threading
 from typing import Callable
 
+from repogym.envs.sandbox import cleanup
 from repogym.envs.sandbox.base import Sandbox
 
 
@@ -18,6 +19,7 @@ class SandboxPool:
         self._wanted = threading.Semaphore(0)
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
+        cleanup.register_pool(self)  # closed at exit, with whatever it is still starting
         if self.size:
             for _ in range(self.size):
                 self._wanted.release()
@@ -27,10 +29,14 @@ class SandboxPool:
     def _fill(self) -> None:
         while True:
             self._wanted.acquire()
-            if self._closed.is_set():
+            if self._closed.is_set() or cleanup.exiting():
                 return
             try:
-                self._ready.put(self.factory())
+                sandbox = self.factory()
+                if self._closed.is_set():  # closed while it started: nobody will acquire it
+                    sandbox.close()
+                    return
+                self._ready.put(sandbox)
             except Exception:
                 # Start failures surface to the caller of acquire(), which starts one itself.
                 self._closed.wait(1.0)
@@ -53,3 +59,4 @@ class SandboxPool:
             self._thread.join(timeout=30)
         while not self._ready.empty():
             self._ready.get_nowait().close()
+        cleanup.unregister_pool(self)

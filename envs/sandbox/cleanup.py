@@ -1,0 +1,115 @@
+"""Nothing a process started outlives it: sandboxes and warm pools are closed when it ends.
+
+Every sandbox registers here before it starts (a container by its name, before the daemon creates it) and every
+warm pool when it is made. When the process ends normally, by an uncaught exception, by SIGINT (Python's
+``KeyboardInterrupt``) or by SIGTERM (turned into ``SystemExit`` by the handler installed here, so ``finally``
+blocks run too), :func:`close_all` runs from ``atexit``: new starts are refused, pools stop refilling and close
+what they hold, every live sandbox is closed, and last every container still labelled with this process's owner
+id is removed, so one a thread was creating at that moment goes as well.
+
+Not covered: SIGKILL of the process (nothing of it runs). Its local sandboxes die with it (bubblewrap's
+``--die-with-parent``); its containers are left to ``repogym gc``, which reaps an owner on this host at once,
+since its pid is provably gone. The SIGTERM handler is installed only from the main thread and only over the
+default action: a program (or Ray) with its own handler keeps it, and then owns the clean-up at SIGTERM.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import signal
+import threading
+from typing import Any
+
+from repogym.envs.errors import SandboxError
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_sandboxes: dict[int, Any] = {}  # id -> a live sandbox (closed ones unregister)
+_pools: dict[int, Any] = {}
+_exiting = threading.Event()
+_state = {"installed": False, "docker": False}
+
+
+def _install() -> None:
+    if _state["installed"]:
+        return
+    _state["installed"] = True
+    atexit.register(close_all)
+    if threading.current_thread() is threading.main_thread():
+        try:
+            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError):  # not the main interpreter, or signals unavailable
+            pass
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def register_sandbox(sandbox: Any, docker: bool = False) -> None:
+    """Record ``sandbox`` for closing at exit; raises :class:`SandboxError` once the process is exiting."""
+    with _lock:
+        if _exiting.is_set():
+            raise SandboxError("sandbox.start", "the process is exiting: no new sandbox starts")
+        _install()
+        _sandboxes[id(sandbox)] = sandbox
+        _state["docker"] = _state["docker"] or docker
+
+
+def unregister_sandbox(sandbox: Any) -> None:
+    with _lock:
+        _sandboxes.pop(id(sandbox), None)
+
+
+def register_pool(pool: Any) -> None:
+    with _lock:
+        _install()
+        _pools[id(pool)] = pool
+
+
+def unregister_pool(pool: Any) -> None:
+    with _lock:
+        _pools.pop(id(pool), None)
+
+
+def exiting() -> bool:
+    """Whether :func:`close_all` has begun (pools stop refilling)."""
+    return _exiting.is_set()
+
+
+def close_all() -> int:
+    """Close every pool and sandbox of this process and remove its labelled containers; returns how many
+    containers the final sweep removed. Safe to call more than once."""
+    _exiting.set()
+    with _lock:
+        pools, sandboxes = list(_pools.values()), list(_sandboxes.values())
+    for item in (*pools, *sandboxes):
+        try:
+            item.close()
+        except Exception as exc:  # one failure must not keep the rest alive
+            log.warning("closing %r at exit failed: %s", item, exc)
+    return _sweep_containers() if _state["docker"] else 0
+
+
+def _sweep_containers() -> int:
+    from repogym.envs.sandbox.docker_client import docker_client
+    from repogym.envs.sandbox.owner import OWNER_LABEL, owner_id
+
+    try:
+        client = docker_client()
+        found = client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={owner_id()}"},
+                                       ignore_removed=True)
+    except Exception as exc:
+        log.warning("could not list this process's containers at exit: %s", exc)
+        return 0
+    removed = 0
+    for container in found:
+        try:
+            container.remove(force=True)
+            removed += 1
+        except Exception:
+            pass  # gone meanwhile
+    return removed

@@ -1,0 +1,135 @@
+"""Issue 25: whatever a process started is gone when it ends, before any `repogym gc`.
+
+Each test runs a child Python that starts sandboxes (the agent's, a grading pool and a fork pool still filling),
+then ends: normally, by an exception, by SIGTERM or SIGINT, or after its containers were killed at random mid-run.
+Then no container, bubblewrap process or cgroup of its run may remain.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require_backend
+
+REPO = Path(__file__).resolve().parents[1]
+
+CHILD = textwrap.dedent('''
+    import json, random, sys, threading, time
+    from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
+    from repogym.envs.sandbox import SandboxConfig
+    from repogym.agents.oracle import OracleAgent
+    from repogym.agents.rollout import run_episode
+
+    backend, run_id, how = sys.argv[1:4]
+    config = EnvConfig(sandbox=backend, sandbox_config=SandboxConfig(run_id=run_id), eval_pool_size=2,
+                       fork_pool_size=3)
+    envs = [RepoTaskEnv(suite="builtin", config=config) for _ in range(2)]
+    if how == "kills":  # episodes while a killer kills the run's containers at random; then a normal exit
+        import docker
+        client = docker.from_env()
+        stop = threading.Event()
+        def killer():
+            for _ in range(6):
+                time.sleep(random.uniform(0.5, 1.5))
+                found = client.containers.list(filters={"label": f"repogym.run={run_id}"})
+                if found:
+                    try:
+                        random.choice(found).kill()
+                    except Exception:
+                        pass
+        thread = threading.Thread(target=killer)
+        thread.start()
+        def play(env):
+            for seed in range(4):
+                try:
+                    run_episode(env, OracleAgent(), seed=seed)
+                except Exception as exc:
+                    print("episode raised", type(exc).__name__, exc, file=sys.stderr)
+        workers = [threading.Thread(target=play, args=(env,)) for env in envs]
+        for w in workers: w.start()
+        for w in workers: w.join()
+        thread.join()
+        sys.exit(0)  # no env closed: the exit must do it
+    for env in envs:
+        env.reset(seed=0)
+        env.step(json.dumps({"name": "bash", "arguments": {"command": "echo hi > /tmp/x"}}))
+    forks = envs[0].fork(2)
+    print("ready", flush=True)
+    if how == "exception":
+        raise RuntimeError("the agent's code blew up")
+    if how in ("sigterm", "sigint"):
+        time.sleep(120)  # killed from the test meanwhile
+''')
+
+
+def leftovers(run_id: str) -> list[str]:
+    """Containers, bubblewrap processes and cgroups of ``run_id`` still on this host."""
+    found = []
+    try:
+        import docker
+        client = docker.from_env()
+        found += [f"container {c.name}" for c in client.containers.list(all=True,
+                                                                        filters={"label": f"repogym.run={run_id}"})]
+    except Exception:
+        pass
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if run_id.encode() in cmdline and b"bwrap" in cmdline:
+            found.append(f"process {pid}")
+    cgroups = Path("/sys/fs/cgroup")
+    if cgroups.is_dir():
+        found += [f"cgroup {p.name}" for p in cgroups.glob(f"repogym-{run_id}*")]
+    return found
+
+
+def run_child(backend: str, how: str) -> tuple[str, subprocess.CompletedProcess | subprocess.Popen]:
+    run_id = f"exit-{how}-{uuid.uuid4().hex[:6]}"
+    args = [sys.executable, "-c", CHILD, backend, run_id, how]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if how in ("sigterm", "sigint"):
+        child = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = child.stdout.readline()
+        assert line.strip() == "ready", child.stderr.read()
+        assert leftovers(run_id), "the child should hold sandboxes now"
+        child.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGINT)
+        child.wait(timeout=120)
+        return run_id, child
+    done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    return run_id, done
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["normal", "exception", "sigterm", "sigint"])
+def test_every_sandbox_of_a_process_is_gone_when_it_ends(backend, how):
+    require_backend(backend)
+    run_id, child = run_child(backend, how)
+    stderr = child.stderr if isinstance(child.stderr, str) else child.stderr.read()
+    if how == "exception":
+        assert child.returncode == 1 and "the agent's code blew up" in stderr
+    elif how == "sigterm":
+        assert child.returncode == 128 + signal.SIGTERM, stderr
+    elif how == "normal":
+        assert child.returncode == 0, stderr
+    deadline = time.monotonic() + 10  # the kernel reaps a dead bubblewrap a moment after its parent exits
+    while leftovers(run_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftovers(run_id) == []
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_a_run_whose_containers_were_killed_at_random_leaves_nothing():
+    require_backend("docker")
+    run_id, done = run_child("docker", "kills")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert leftovers(run_id) == []
