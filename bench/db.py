@@ -1,4 +1,5 @@
-"""The results database (SQLite): one row per finished episode, plus the metrics of training runs.
+"""The results database (SQLite): one row per finished episode, plus the metrics of training runs and, in a
+table of their own (``best_of_n``), best-of-n trials, which never mix into the episodes' pass@1.
 
 Episodes are written one by one as they finish, each in its own transaction (WAL journal), so a run
 killed at any moment keeps every episode that finished. ``episode_key`` (agent, checkpoint, suite,
@@ -49,6 +50,29 @@ CREATE TABLE IF NOT EXISTS episodes (
     finished_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS episodes_by_agent ON episodes (agent, suite);
+CREATE TABLE IF NOT EXISTS best_of_n (  -- best-of-n trials (repogym bench --best-of N): never pass@1 rows
+    id INTEGER PRIMARY KEY,
+    trial_key TEXT NOT NULL UNIQUE,
+    agent TEXT NOT NULL,
+    checkpoint TEXT NOT NULL DEFAULT '',
+    suite TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    difficulty INTEGER,
+    sample INTEGER NOT NULL,
+    seed INTEGER NOT NULL,
+    n INTEGER NOT NULL,             -- branches asked for
+    branches INTEGER NOT NULL,      -- branches run: n, or 1 after a fallback
+    chosen INTEGER,                 -- index of the graded branch
+    status TEXT NOT NULL,           -- the chosen branch's graded Status
+    reward REAL,                    -- NULL for infra_error
+    turns INTEGER NOT NULL,
+    wall_s REAL NOT NULL,
+    fallback TEXT,                  -- why the episode could not be forked (then one plain episode), else NULL
+    scores TEXT NOT NULL DEFAULT '[]',  -- JSON: per branch, its verifier score, turns, trajectory, chosen
+    trajectory TEXT,                -- the chosen branch's trajectory file
+    error TEXT,
+    finished_at TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS training_metrics (
     run TEXT NOT NULL, step INTEGER NOT NULL, key TEXT NOT NULL, value REAL NOT NULL,
     PRIMARY KEY (run, step, key)
@@ -100,6 +124,53 @@ class EpisodeRow:
     def infra_error(self) -> bool:
         """Left out of every rate (:func:`repogym.envs.status.excluded`): an infrastructure failure or no reward."""
         return excluded(self.status, self.reward)
+
+
+@dataclass
+class BestOfNRow:
+    """One best-of-n trial as stored (table ``best_of_n``): the chosen branch's graded outcome; kept apart from
+    the episodes so a verifier-selected result never counts as pass@1."""
+
+    agent: str
+    suite: str
+    task_id: str
+    sample: int
+    seed: int
+    n: int
+    branches: int
+    chosen: int | None
+    status: Status | str
+    reward: float | None
+    turns: int
+    wall_s: float
+    checkpoint: str = ""
+    difficulty: int | None = None
+    fallback: str | None = None
+    """Why the episode could not be forked (the trial was one plain episode), else None."""
+    scores: list[dict[str, Any]] = field(default_factory=list)
+    trajectory: str | None = None
+    error: dict[str, Any] | None = None
+    finished_at: str = ""
+
+    def __post_init__(self):
+        self.status = status_of(self.status)
+
+    @property
+    def key(self) -> str:
+        return best_of_n_key(self.agent, self.checkpoint, self.suite, self.task_id, self.sample, self.n)
+
+    @property
+    def resolved(self) -> bool:
+        return self.status == Status.RESOLVED
+
+    @property
+    def infra_error(self) -> bool:
+        return excluded(self.status, self.reward)
+
+
+def best_of_n_key(agent: str, checkpoint: str, suite: str, task_id: str, sample: int, n: int) -> str:
+    """The identity of a best-of-n trial: best-of-3 and best-of-5 of the same sample are different trials."""
+    return json.dumps([agent, checkpoint, suite, task_id, sample, f"best-of-{n}"])
 
 
 def episode_key(agent: str, checkpoint: str, suite: str, task_id: str, sample: int) -> str:
@@ -173,6 +244,44 @@ class ResultsDB:
             rows.append(EpisodeRow(**d))
         return rows
 
+    def add_best_of_n(self, row: BestOfNRow) -> bool:
+        """Store one best-of-n trial (committed at once); False when its key is already there."""
+        values = asdict(row)
+        values["scores"] = json.dumps(row.scores)
+        values["error"] = json.dumps(row.error) if row.error else None
+        values["trial_key"] = row.key
+        if not values["finished_at"]:
+            import datetime
+
+            values["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        columns = ", ".join(values)
+        marks = ", ".join(f":{k}" for k in values)
+        cur = self.conn.execute(f"INSERT OR IGNORE INTO best_of_n ({columns}) VALUES ({marks})", values)
+        return cur.rowcount == 1
+
+    def best_of_n_keys(self) -> set[str]:
+        """Keys of every stored best-of-n trial."""
+        return {r[0] for r in self.conn.execute("SELECT trial_key FROM best_of_n")}
+
+    def best_of_n(self, agent: str | None = None, suite: str | None = None) -> list[BestOfNRow]:
+        """Stored best-of-n trials (optionally of one agent and/or suite), in the order they finished."""
+        query, args, where = "SELECT * FROM best_of_n", [], []
+        for column, value in (("agent", agent), ("suite", suite)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        rows = []
+        for r in self.conn.execute(query + " ORDER BY id", args):
+            d = dict(r)
+            for k in ("id", "trial_key"):
+                d.pop(k)
+            d["scores"] = json.loads(d["scores"] or "[]")
+            d["error"] = json.loads(d["error"]) if d["error"] else None
+            rows.append(BestOfNRow(**d))
+        return rows
+
     def add_training_metrics(self, run: str, lines: Iterable[dict[str, Any]]) -> int:
         """Store a training run's metrics lines (``{"step": N, key: value, ...}``); returns values stored."""
         values = [(run, int(line["step"]), k, float(v)) for line in lines for k, v in line.items()
@@ -191,4 +300,4 @@ class ResultsDB:
         return out
 
 
-__all__ = ["EpisodeRow", "ResultsDB", "episode_key"]
+__all__ = ["BestOfNRow", "EpisodeRow", "ResultsDB", "best_of_n_key", "episode_key"]

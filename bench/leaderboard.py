@@ -6,6 +6,8 @@ Guaranteed:
   has one); the Markdown table and the HTML table hold the same cell texts;
 - rates (resolved, pass@k, per difficulty, ...) are the metrics' own: over episodes without
   infrastructure errors. Infrastructure errors are shown apart, as a count and a rate;
+- best-of-n trials (``repogym bench --best-of N``) are a table of their own (:func:`best_of_n_table`), one row per
+  agent, suite, checkpoint and n, with the same agent's pass@1 beside it; they never enter the ranked table;
 - the HTML page needs no network: inline CSS, plots as inline SVG drawn here, no scripts, no fonts;
 - every text from the database or a trajectory is escaped (``html.escape``; ``|`` in Markdown cells);
 - each episode gets its own page (``OUT_episodes/<n>.html`` next to ``OUT.html``, linked relatively),
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Sequence
 
 from repogym.bench.db import EpisodeRow, ResultsDB
-from repogym.bench.metrics import Summary, summarize
+from repogym.bench.metrics import BestOfNSummary, Summary, summarize, summarize_best_of_n
 from repogym.bench.viewer import html_page, load_episode, render_html
 from repogym.envs.errors import ConfigError
 
@@ -105,6 +107,33 @@ def _md_cell(text: str) -> str:
 def markdown(summaries: Sequence[Summary]) -> str:
     """The ranked table in Markdown (rates over episodes without infrastructure errors)."""
     header, rows = table(summaries)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def best_of_n_table(best: Sequence[BestOfNSummary], summaries: Sequence[Summary] = ()
+                    ) -> tuple[list[str], list[list[str]]]:
+    """(column names, one row per best-of-n summary): its rate beside the same agent's pass@1 ('n/a' without)."""
+    plain = {(s.agent, s.suite, s.checkpoint): s for s in summaries}
+    show_checkpoint = any(b.checkpoint for b in best)
+    header = (["agent", "suite"] + ["checkpoint"] * show_checkpoint
+              + ["n", "pass@1", "best-of-n [95% CI]", "trials", "fallbacks (no fork)", "infra errors"])
+    rows = []
+    for b in best:
+        p1 = plain.get((b.agent, b.suite, b.checkpoint))
+        rate = "n/a" if math.isnan(b.rate) else f"{percent(b.rate)} [{100 * b.ci_low:.1f}, {100 * b.ci_high:.1f}]"
+        rows.append([b.agent, b.suite] + [b.checkpoint] * show_checkpoint
+                    + [str(b.n), percent(p1.resolved_rate) if p1 else "n/a", rate, str(b.trials), str(b.fallbacks),
+                       str(b.infra_errors)])
+    return header, rows
+
+
+def best_of_n_markdown(best: Sequence[BestOfNSummary], summaries: Sequence[Summary] = ()) -> str:
+    """The best-of-n table in Markdown ('' when there are no best-of-n trials)."""
+    if not best:
+        return ""
+    header, rows = best_of_n_table(best, summaries)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
@@ -208,6 +237,19 @@ def _table_html(summaries: Sequence[Summary]) -> str:
     return f'<table id="leaderboard"><thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody></table>'
 
 
+def _best_of_n_html(rows, summaries: Sequence[Summary]) -> list[str]:
+    """The best-of-n section (a heading and a table), or nothing when the database has no best-of-n trials."""
+    if not rows:
+        return []
+    e = html.escape
+    header, cells = best_of_n_table(summarize_best_of_n(rows), summaries)
+    head = "".join(f"<th>{e(h)}</th>" for h in header)
+    body = "\n".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in cells)
+    return ["<h2>Best-of-n at test time</h2><p class=\"note\">a verifier (the visible tests) picks one of n branches "
+            "of each episode and only it is graded: not pass@1, never ranked with it</p>",
+            f'<table id="best-of-n"><thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody></table>']
+
+
 def _difficulty_html(summaries: Sequence[Summary]) -> str:
     levels = sorted({d for s in summaries for d in s.by_difficulty})
     if not levels:
@@ -291,6 +333,7 @@ def write_html(db: ResultsDB, out: str | Path, suite: str | None = None) -> Path
     scope = f" &middot; suite {html.escape(suite)}" if suite else ""
     body = [f"<h1>repogym leaderboard</h1><p class=\"note\">ranked best first{scope}; rates exclude "
             "infrastructure errors, which are counted apart</p>", _table_html(summaries),
+            *_best_of_n_html(db.best_of_n(suite=suite), summaries),
             "<h2>Resolved rate by difficulty</h2>", _difficulty_html(summaries),
             "<h2>Learning curves</h2>", _curves_html(db.training_runs()),
             "<h2>Episodes</h2>", _episodes_html(summaries, episodes, db.path.parent, out)]
@@ -298,5 +341,5 @@ def write_html(db: ResultsDB, out: str | Path, suite: str | None = None) -> Path
     return out
 
 
-__all__ = ["LEARNING_CURVES", "bars_svg", "import_run", "lines_svg", "markdown", "pass_ks", "percent", "table",
+__all__ = ["LEARNING_CURVES", "bars_svg", "best_of_n_markdown", "best_of_n_table", "import_run", "lines_svg", "markdown", "pass_ks", "percent", "table",
            "write_html"]

@@ -10,6 +10,7 @@ Guarantees:
   reported for every k from 1 to the smallest n over the tasks.
 - A group is one (agent, suite, checkpoint): episodes of different checkpoints are never pooled.
 - Where a rate has nothing to be over it is NaN (``resolved_rate``, means) or None (the optional ones).
+- Best-of-n trials (:func:`summarize_best_of_n`) are summarized on their own, per n, and never enter pass@1.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from repogym.bench.db import EpisodeRow
+from repogym.bench.db import BestOfNRow, EpisodeRow
 from repogym.envs.rewards.rates import pass_at_k, wilson
 from repogym.envs.errors import ConfigError
 
@@ -114,6 +115,60 @@ def summary_table(summaries: list[Summary]) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class BestOfNSummary:
+    """Best-of-n trials of one agent (at one checkpoint) on one suite for one n: a rate of its own, never pass@1."""
+
+    agent: str
+    suite: str
+    checkpoint: str
+    n: int
+    trials: int
+    """Every stored trial, infra errors included."""
+    tasks: int
+    rate: float
+    """The mean over tasks of resolved / valid trials, the chosen branch graded (NaN when no trial was valid)."""
+    ci_low: float
+    ci_high: float
+    fallbacks: int = 0
+    """Trials that could not fork and ran one plain episode (counted in the rate)."""
+    infra_errors: int = 0
+    mean_turns: float = math.nan
+    """Turns of the chosen branches."""
+
+
+def summarize_best_of_n(rows: Iterable[BestOfNRow]) -> list[BestOfNSummary]:
+    """One BestOfNSummary per (agent, suite, checkpoint, n), best rate first, then by agent name and n."""
+    groups: dict[tuple[str, str, str, int], list[BestOfNRow]] = defaultdict(list)
+    for row in rows:
+        groups[(row.agent, row.suite, row.checkpoint, row.n)].append(row)
+    out = []
+    for (agent, suite, checkpoint, n), group in groups.items():
+        valid = [r for r in group if not r.infra_error]
+        low, high = wilson(sum(r.resolved for r in valid), len(valid))
+        out.append(BestOfNSummary(agent, suite, checkpoint, n, len(group), len({r.task_id for r in group}),
+                                  _task_mean_rate(_by_task(valid).values()), low, high,
+                                  fallbacks=sum(r.fallback is not None for r in group),
+                                  infra_errors=len(group) - len(valid), mean_turns=_mean([r.turns for r in valid])))
+    return sorted(out, key=lambda s: (-s.rate if not math.isnan(s.rate) else math.inf, s.agent, s.suite,
+                                      s.checkpoint, s.n))
+
+
+def best_of_n_table(best: list[BestOfNSummary], pass1: list[Summary] = ()) -> str:
+    """A markdown table of best-of-n rates, each beside the same agent's pass@1 (from ``pass1``; '-' without)."""
+    by_group = {(s.agent, s.suite, s.checkpoint): s for s in pass1}
+    header = ["agent", "suite", "checkpoint", "n", "tasks", "trials", "pass@1", "best-of-n (95% CI)", "fallbacks",
+              "turns", "infra errors"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for s in best:
+        plain = by_group.get((s.agent, s.suite, s.checkpoint))
+        cells = [s.agent, s.suite, s.checkpoint or "-", str(s.n), str(s.tasks), str(s.trials),
+                 _pct(plain.resolved_rate) if plain else "-", f"{_pct(s.rate)} ({_pct(s.ci_low)}-{_pct(s.ci_high)})",
+                 str(s.fallbacks), f"{s.mean_turns:.1f}", str(s.infra_errors)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _by_task(rows: list[EpisodeRow]) -> dict[str, list[EpisodeRow]]:
     tasks: dict[str, list[EpisodeRow]] = defaultdict(list)
     for row in rows:
@@ -150,4 +205,5 @@ def _pct(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{100 * value:.0f}%"
 
 
-__all__ = ["Summary", "pass_at_k", "summarize", "summarize_group", "summary_table", "wilson"]
+__all__ = ["BestOfNSummary", "Summary", "best_of_n_table", "pass_at_k", "summarize", "summarize_best_of_n",
+           "summarize_group", "summary_table", "wilson"]

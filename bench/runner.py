@@ -16,6 +16,9 @@ Guarantees:
   leaves out (a NaN reward).
   Any other exception is a bug: the run stops and it propagates.
 
+With ``best_of`` > 1 the runner runs best-of-n trials instead (:mod:`repogym.bench.best_of_n`), one per task and
+sample, resumable the same way; they are stored in their own table and summarized apart from pass@1.
+
 Not guaranteed: trajectory files of the same agent name at another checkpoint share a folder and
 overwrite each other (give each checkpoint its own ``label``).
 """
@@ -32,14 +35,17 @@ from typing import Any, Callable
 
 from repogym.agents.rollout import EpisodeResult, run_episode
 from repogym.agents.trajectory import Trajectory
-from repogym.bench.db import EpisodeRow, ResultsDB, episode_key
-from repogym.bench.metrics import Summary, summarize
+from repogym.bench.best_of_n import BestOfNResult, run_best_of_n
+from repogym.bench.db import BestOfNRow, EpisodeRow, ResultsDB, best_of_n_key, episode_key
+from repogym.bench.metrics import BestOfNSummary, Summary, summarize, summarize_best_of_n
 from repogym.envs.errors import ConfigError, InfraError
 from repogym.envs.status import Status
 from repogym.envs.tasks.schema import Task
 
 SEED_STRIDE = 1000
 """Seeds of different tasks never collide while K <= SEED_STRIDE."""
+MAX_BEST_OF = 64
+"""Most branches of a best-of-n trial."""
 
 
 @dataclass
@@ -70,12 +76,19 @@ class BenchConfig:
     """Trajectory folder (default: ``<db stem>-trajectories`` next to the database)."""
     progress: bool = True
     """A progress bar on stderr."""
+    best_of: int = 1
+    """Best-of-n at test time (:mod:`repogym.bench.best_of_n`): 1 runs plain episodes (pass@1); N >= 2 runs, per
+    task and sample, one trial whose episode is forked into N branches after reset, each driven by its own agent
+    from the factory, the branch the visible tests score best graded. Stored apart (``best_of_n`` table), never as
+    pass@1."""
 
     def __post_init__(self):
         if not 1 <= self.k <= SEED_STRIDE:
             raise ConfigError(f"k must be in 1..{SEED_STRIDE}, got {self.k}")
         if self.concurrency < 1:
             raise ConfigError(f"concurrency must be >= 1, got {self.concurrency}")
+        if not 1 <= self.best_of <= MAX_BEST_OF:
+            raise ConfigError(f"best_of must be in 1..{MAX_BEST_OF}, got {self.best_of}")
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"limit must be >= 1, got {self.limit}")
         if not isinstance(self.agent_options, dict):
@@ -121,6 +134,8 @@ class BenchReport:
     interrupted: bool = False
     summaries: list[Summary] = field(default_factory=list)
     """This agent on this suite, over everything in the database."""
+    best_of_n: list[BestOfNSummary] = field(default_factory=list)
+    """This agent's best-of-n trials on this suite (every n stored), apart from ``summaries``."""
 
 
 AgentFactory = Callable[[], Any]
@@ -139,13 +154,15 @@ def run_bench(config: BenchConfig, agent_factory: AgentFactory | None = None) ->
         raise ConfigError(f"suite {config.suite!r} has no tasks")
     factory = agent_factory or registry_factory(config, tasks)
     with ResultsDB(config.db) as db:
-        todo = plan(config, tasks, db.done_keys())
+        todo = plan(config, tasks, db.best_of_n_keys() if config.best_of > 1 else db.done_keys())
         report = BenchReport(planned=len(tasks) * config.k, skipped=len(tasks) * config.k - len(todo))
-        print(f"{config.name} on {config.suite}: {len(tasks)} tasks x {config.k} = {report.planned} episodes, "
+        kind = f"best-of-{config.best_of} trials" if config.best_of > 1 else "episodes"
+        print(f"{config.name} on {config.suite}: {len(tasks)} tasks x {config.k} = {report.planned} {kind}, "
               f"{report.skipped} already in {config.db}, {len(todo)} to run", file=sys.stderr, flush=True)
         if todo:
             _run(config, tasks, todo, factory, db, report)
         report.summaries = summarize(db.episodes(agent=config.name, suite=config.suite))
+        report.best_of_n = summarize_best_of_n(db.best_of_n(agent=config.name, suite=config.suite))
     return report
 
 
@@ -162,13 +179,18 @@ def registry_factory(config: BenchConfig, tasks: list[Task]) -> AgentFactory:
 
 
 def plan(config: BenchConfig, tasks: list[Task], done: set[str]) -> list[EpisodeSpec]:
-    """The episodes of the benchmark whose key is not in ``done``, task by task."""
+    """The episodes (best-of-n trials when ``config.best_of`` > 1) of the benchmark whose key is not in ``done``,
+    task by task."""
     specs = []
+    n = config.best_of
     for index, task in enumerate(tasks):
         for sample in range(config.k):
-            if episode_key(config.name, config.checkpoint, config.suite, task.instance_id, sample) in done:
+            key = (best_of_n_key(config.name, config.checkpoint, config.suite, task.instance_id, sample, n) if n > 1
+                   else episode_key(config.name, config.checkpoint, config.suite, task.instance_id, sample))
+            if key in done:
                 continue
-            path = config.trajectory_dir / f"{task.instance_id}.s{sample}.jsonl"
+            # A trial's branches write <name>.b<i>.jsonl (repogym.bench.best_of_n.branch_path).
+            path = config.trajectory_dir / (f"{task.instance_id}.s{sample}" + (f".best{n}" if n > 1 else "") + ".jsonl")
             specs.append(EpisodeSpec(task, sample, index * SEED_STRIDE + sample, path.resolve()))
     return specs
 
@@ -180,15 +202,19 @@ def _run(config: BenchConfig, tasks: list[Task], todo: list[EpisodeSpec], factor
     from tqdm import tqdm
 
     import repogym.envs  # noqa: F401  (registers the env id)
+    from repogym.envs.repo_env import EnvConfig
 
     pending: queue.Queue[EpisodeSpec] = queue.Queue()
     for spec in todo:
         pending.put(spec)
-    finished: queue.Queue[EpisodeRow | BaseException] = queue.Queue()
+    finished: queue.Queue[EpisodeRow | BestOfNRow | BaseException] = queue.Queue()
     stop = threading.Event()
     workers = min(config.concurrency, len(todo))
+    best = config.best_of > 1  # then each worker has one agent per branch, and forks ready in a warm pool
+    env_config = EnvConfig(fork_pool_size=config.best_of - 1) if best else None
     pairs = [(gym.make("repogym/RepoTask-v0", suite=config.suite, tasks=tasks, sandbox=config.sandbox,
-                       max_turns=config.max_turns), factory()) for _ in range(workers)]
+                       max_turns=config.max_turns, config=env_config),
+              [factory() for _ in range(config.best_of)] if best else factory()) for _ in range(workers)]
     for env, agent in pairs:
         threading.Thread(target=_work, args=(env, agent, config, pending, finished, stop), daemon=True).start()
     bar = tqdm(total=len(todo), file=sys.stderr, disable=not config.progress, desc=config.name, unit="ep")
@@ -198,7 +224,7 @@ def _run(config: BenchConfig, tasks: list[Task], todo: list[EpisodeSpec], factor
             item = finished.get()
             if isinstance(item, BaseException):  # a worker hit a bug: stop the run, raise it here
                 raise item
-            report.written += db.add_episode(item)
+            report.written += db.add_best_of_n(item) if isinstance(item, BestOfNRow) else db.add_episode(item)
             done += 1
             valid += not item.infra_error
             resolved += item.resolved
@@ -222,7 +248,12 @@ def _work(env, agent, config: BenchConfig, pending: queue.Queue, finished: queue
                 spec = pending.get_nowait()
             except queue.Empty:
                 return
-            row = episode_row(config, spec, _episode(env, agent, config.name, spec))
+            if config.best_of > 1:
+                result = run_best_of_n(env, agent, task_id=spec.task.instance_id, seed=spec.seed, n=config.best_of,
+                                       agent_name=config.name, trajectory=spec.trajectory)
+                row = best_of_n_row(config, spec, result)
+            else:
+                row = episode_row(config, spec, _episode(env, agent, config.name, spec))
             if not stop.is_set():
                 finished.put(row)
     except BaseException as exc:  # a bug: the main thread stops the run and raises it
@@ -260,6 +291,18 @@ def episode_row(config: BenchConfig, spec: EpisodeSpec, result: EpisodeResult) -
         well_formed=int(result.info.get("well_formed_calls", 0)),
         self_corrected=result.resolved and failed_tests_before(steps),
         prompt_tokens=prompt, completion_tokens=completion, trajectory=str(spec.trajectory),
+        error=result.eval.get("error") if infra else None)
+
+
+def best_of_n_row(config: BenchConfig, spec: EpisodeSpec, result: BestOfNResult) -> BestOfNRow:
+    """The database row of one finished best-of-n trial."""
+    infra = result.infra_error
+    return BestOfNRow(
+        agent=config.name, suite=config.suite, task_id=spec.task.instance_id, sample=spec.sample, seed=spec.seed,
+        n=result.n, branches=result.branches, chosen=result.chosen,
+        status=Status.INFRA_ERROR if infra else result.status, reward=None if infra else float(result.reward),
+        turns=result.turns, wall_s=round(result.duration_s, 3), checkpoint=config.checkpoint,
+        difficulty=spec.task.difficulty, fallback=result.fallback, scores=result.scores, trajectory=result.trajectory,
         error=result.eval.get("error") if infra else None)
 
 
@@ -311,5 +354,6 @@ def load_agent_options(path: str | Path | None) -> dict[str, Any]:
     return options
 
 
-__all__ = ["BenchConfig", "BenchReport", "EpisodeSpec", "SEED_STRIDE", "episode_row", "load_agent_options",
+__all__ = ["BenchConfig", "BenchReport", "EpisodeSpec", "MAX_BEST_OF", "SEED_STRIDE", "best_of_n_row", "episode_row",
+           "load_agent_options",
            "plan", "run_bench"]

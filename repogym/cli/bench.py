@@ -25,12 +25,16 @@ def add_parser(sub) -> None:
     parser.add_argument("--label", default=None, help="the agent's name in the database (default: --agent)")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="trajectory folder (default: <db stem>-trajectories next to the database)")
+    parser.add_argument("--best-of", type=int, default=1, metavar="N",
+                        help="best-of-N at test time: fork each episode after reset into N branches (one agent each), "
+                             "score submitted branches by the visible tests (run_tests), grade only the best; stored "
+                             "and reported apart from pass@1 (default 1: plain episodes)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from repogym.bench.metrics import summary_table
+    from repogym.bench.metrics import best_of_n_table, summary_table
     from repogym.bench.runner import BenchConfig, load_agent_options, run_bench
 
     from repogym.envs.taskgen.recipes import ensure_suites
@@ -39,10 +43,15 @@ def run(args) -> int:
     config = BenchConfig(agent=args.agent, suite=args.suite, db=args.db,
                          agent_options=load_agent_options(args.agent_config), k=args.k,
                          concurrency=args.concurrency, sandbox=args.sandbox, max_turns=args.max_turns,
-                         limit=args.limit, label=args.label, out=args.out, progress=not args.no_progress)
+                         limit=args.limit, label=args.label, out=args.out, progress=not args.no_progress,
+                         best_of=args.best_of)
     report = run_bench(config)
-    print(f"{report.written} episodes stored this run, {report.skipped} were already there")
+    kind = f"best-of-{config.best_of} trials" if config.best_of > 1 else "episodes"
+    print(f"{report.written} {kind} stored this run, {report.skipped} were already there")
     if report.summaries:
         print(summary_table(report.summaries))
+    if report.best_of_n:  # verifier-selected: a table of its own, pass@1 beside it for comparison
+        print("\nbest-of-n (a verifier picks the branch; not pass@1):")
+        print(best_of_n_table(report.best_of_n, report.summaries))
     print(f"results in {config.db}, trajectories in {config.trajectory_dir}/")
     return 130 if report.interrupted else 0

@@ -27,8 +27,8 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from repogym.bench.db import ResultsDB
-    from repogym.bench.leaderboard import import_run, markdown, write_html
-    from repogym.bench.metrics import summarize
+    from repogym.bench.leaderboard import best_of_n_markdown, import_run, markdown, write_html
+    from repogym.bench.metrics import summarize, summarize_best_of_n
 
     if args.run_name and not args.import_run:
         raise ConfigError("expected --run-name only with --import-run")
@@ -42,6 +42,9 @@ def run(args) -> int:
         if not summaries:
             print(f"no episodes in {args.db}" + (f" for suite {args.suite!r}" if args.suite else ""), file=sys.stderr)
         text = markdown(summaries)
+        best = best_of_n_markdown(summarize_best_of_n(db.best_of_n(suite=args.suite)), summaries)
+        if best:  # verifier-selected trials: their own table, never ranked with pass@1
+            text += "\n\nBest-of-n at test time (a verifier picks the branch; not pass@1):\n\n" + best
         print(text)
         if args.md:
             Path(args.md).parent.mkdir(parents=True, exist_ok=True)
