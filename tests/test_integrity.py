@@ -373,12 +373,16 @@ def test_local_sandbox_shows_no_host_path_beyond_what_it_needs(tiny_task):
     require_backend("local")
     box = sandbox_factory("local", {}, SandboxConfig(run_id="pytest-integrity"))()
     try:
+        from repogym.envs.sandbox.local_env import BASE_MOUNT, base_mounted
         top = set(box.run("ls -A /").stdout.split())
-        # The base interpreter, and the task's own virtualenv at /.repogym-python: not repogym's environment.
-        prefixes = [Path(sys.base_prefix).resolve()]
+        # The base interpreter (at a fixed place when it is outside the system folders: no host path of it shows),
+        # and the task's own virtualenv at /.repogym-python: not repogym's environment.
+        prefixes = [] if base_mounted() else [Path(sys.base_prefix).resolve()]
         allowed = set(SYSTEM_DIRS) | {"dev", "proc", "tmp", "repo", ".repogym", ".repogym-python"} | {
-            p.parts[1] for p in prefixes}
+            p.parts[1] for p in prefixes} | ({BASE_MOUNT.strip("/")} if base_mounted() else set())
         assert top <= allowed, top - allowed
+        if base_mounted():
+            assert box.run(f"test -e {Path(sys.base_prefix).resolve()}").exit_code != 0
         home = Path.home()
         shown = set(box.run(f"ls -A {home} 2>/dev/null").stdout.split())
         assert shown <= {p.relative_to(home).parts[0] for p in prefixes if p.is_relative_to(home)}

@@ -40,7 +40,7 @@ from repogym.envs.errors import RunnerExited, RunnerTimeout, SandboxError, Sandb
 from repogym.envs.sandbox.base import INSIDE_DIR, REPO_DIR, WRITABLE, RunnerClient, SandboxConfig
 from repogym.envs.sandbox.cgroups import Cgroup, parse_bytes
 from repogym.envs.sandbox.cleanup import register_sandbox, unregister_sandbox
-from repogym.envs.sandbox.local_env import ensure_local_env
+from repogym.envs.sandbox.local_env import BASE_MOUNT, base_mounted, ensure_local_env
 from repogym.envs.sandbox.local_launch import HOST_UID
 from repogym.envs.tasks.cache import cache_dir
 from repogym.envs.tasks.suites import task_repos_dir
@@ -157,10 +157,17 @@ class LocalSandbox(RunnerClient):
         for path in ("/tmp", REPO_DIR, "/dev/shm"):
             cmd += ["--size", str(parse_bytes(LOCAL_WRITABLE[path])), "--tmpfs", path]
         cmd += ["--remount-ro", "/dev"]
-        # The base interpreter the virtualenv points to (maybe under /opt, /usr/local or a home folder) is
-        # mounted, read-only, too; hidden paths inside what is mounted are emptied, and a prefix inside a
-        # hidden path is put back on top.
-        prefixes = [Path(sys.base_prefix).resolve()]
+        # The base interpreter the virtualenv points to is mounted, read-only, too: at a fixed place when it is
+        # outside the system folders (under /opt, a home folder, /tmp: where it is on the host must not show,
+        # see local_env); hidden paths inside what is mounted are emptied, and a prefix inside a hidden path is
+        # put back on top.
+        base = Path(sys.base_prefix).resolve()
+        prefixes = [] if base_mounted() else [base]
+        if base_mounted():
+            cmd += ro_bind(base, BASE_MOUNT)
+            for path in _hidden_paths(self.config.hidden_paths):  # repogym installed into the base itself, say
+                if path.is_relative_to(base):
+                    cmd += ["--tmpfs", str(Path(BASE_MOUNT) / path.relative_to(base))]
         for prefix in prefixes:
             if not any(prefix.is_relative_to(m) for m in mounted):
                 cmd += ro_bind(prefix, prefix)
@@ -176,9 +183,10 @@ class LocalSandbox(RunnerClient):
         # The task's virtualenv at a fixed place of its own (the cache may be anywhere, /tmp included).
         cmd += [*ro_bind(python_prefix, ENV_MOUNT), *ro_bind(INSIDE_DIR, INSIDE_MOUNT), "--remount-ro", "/",
                 "--chdir", REPO_DIR, "--clearenv"]
+        library_path = {"LD_LIBRARY_PATH": f"{BASE_MOUNT}/lib"} if base_mounted() else {}
         for key, value in {"HOME": "/tmp", "PATH": f"{ENV_MOUNT}/bin:/usr/local/bin:/usr/bin:/bin",
                            "LANG": "C.UTF-8", "TERM": "dumb", "PYTHONDONTWRITEBYTECODE": "1", "REPOGYM_NEST": "1",
-                           **self.config.env}.items():
+                           **library_path, **self.config.env}.items():
             cmd += ["--setenv", key, value]
         cmd += [f"{ENV_MOUNT}/bin/python", "-I", f"{INSIDE_MOUNT}/runner.py", REPO_DIR]
         spec = {"procs": self.cgroup.procs_files if self.cgroup is not None else [], "binds": binds,

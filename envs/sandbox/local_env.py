@@ -8,6 +8,13 @@ that ``pip download`` fills (binary wheels only, as the Docker images get them; 
 folder of wheels to use, and fill, instead, e.g. one filled beforehand for a machine offline). Made once per setup under
 the cache (``local-envs/<key>``): built beside it and renamed into place, so a build that dies leaves
 nothing half-made and concurrent builders agree on one. Sandboxes mount it at ``/.repogym-python``.
+
+The base interpreter it points to is mounted at a fixed place too (:data:`BASE_MOUNT`), unless it lies in the
+system folders every sandbox sees anyway (``/usr``): the agent's view must not depend on where Python is installed
+(under ``/tmp``, it would show in the agent's ``/tmp``; under ``/root/.pyenv``, a host path would appear). Such a
+virtualenv is made with copies of the interpreter (not links to its host path) and its ``pyvenv.cfg`` names
+:data:`BASE_MOUNT` as home once built, so it runs in sandboxes only; its shared ``libpython`` is found there
+through ``LD_LIBRARY_PATH``.
 """
 
 from __future__ import annotations
@@ -29,6 +36,14 @@ from repogym.envs.tasks.cache import cache_dir
 from repogym.envs.tasks.environments import INSTALL_HOOK_NAME, environment_requirements, install_hook, install_steps, requirement_name
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+BASE_MOUNT = "/.repogym-base"  # where sandboxes see the base interpreter when it is not under the system folders
+SYSTEM_PREFIXES = ("/usr", "/bin", "/lib", "/lib64")
+
+
+def base_mounted() -> bool:
+    """Whether this interpreter's base must be mounted at :data:`BASE_MOUNT` (it is outside the system folders)."""
+    base = Path(sys.base_prefix).resolve()
+    return not any(base == Path(p) or base.is_relative_to(p) for p in SYSTEM_PREFIXES)
 
 
 def requirements_of(setup: dict[str, Any]) -> list[str]:
@@ -40,7 +55,8 @@ def requirements_of(setup: dict[str, Any]) -> list[str]:
 def env_key(setup: dict[str, Any]) -> str:
     """Setups with the same key share a virtualenv (same Python, same requirements)."""
     key = json.dumps({"python": PYTHON, "requirements": requirements_of(setup),
-                      **({"install_hook": install_hook()} if install_steps(setup) else {})}, sort_keys=True)
+                      **({"install_hook": install_hook()} if install_steps(setup) else {}),
+                      **({"base": BASE_MOUNT} if base_mounted() else {})}, sort_keys=True)
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -68,15 +84,18 @@ def ensure_local_env(setup: dict[str, Any] | None = None) -> Path:
 
 def _make(prefix: Path, requirements: list[str], hook: str | None) -> None:
     base = Path(sys.base_prefix) / "bin" / f"python{PYTHON}"
-    made = subprocess.run([str(base), "-m", "venv", "--without-pip", "--clear", str(prefix)],
+    copies = ["--copies"] if base_mounted() else []
+    made = subprocess.run([str(base), "-m", "venv", "--without-pip", "--clear", *copies, str(prefix)],
                           capture_output=True, text=True)
     if made.returncode != 0:
         raise SandboxError("sandbox.local.env", f"could not make a virtualenv with {base}: {made.stderr.strip()[-600:]}")
     wheelhouse = Path(os.environ.get("REPOGYM_WHEELHOUSE") or cache_dir() / "wheelhouse" / PYTHON)
     fetch_error = download_wheels(requirements, PYTHON, wheelhouse)
+    # Without PYTHONPATH: pip would count what that path holds as installed and leave the virtualenv without it.
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(prefix / "bin" / "python"), "install",
                                 "-q", "--no-index", "--find-links", str(wheelhouse), *requirements],
-                               capture_output=True, text=True)
+                               capture_output=True, text=True, env=clean)
     if installed.returncode != 0:  # the wheelhouse cannot serve them: say why the download did not either
         why = fetch_error or installed.stderr.strip()
         raise ConfigError(f"could not install {requirements} for the local sandbox (binary wheels for Python "
@@ -90,3 +109,8 @@ def _make(prefix: Path, requirements: list[str], hook: str | None) -> None:
             head, _, rest = script.read_bytes().partition(b"\n")
             if head.startswith(b"#!") and str(prefix).encode() in head:
                 script.write_bytes(b"#!/usr/bin/env python\n" + rest)
+    if copies:  # from now on for sandboxes only: home is where they mount the base interpreter
+        config = prefix / "pyvenv.cfg"
+        base_prefix = str(Path(sys.base_prefix).resolve())
+        config.write_text(config.read_text().replace(base_prefix, BASE_MOUNT)
+                          .replace(str(Path(sys.base_prefix)), BASE_MOUNT))
