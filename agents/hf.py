@@ -12,9 +12,10 @@ the tiny model's own) works without code for each model.
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from repogym.agents.context import answer, make_context_policy
@@ -218,6 +219,27 @@ class HFAgent:
 
         return cls(HFEngine.from_pretrained(path), AutoTokenizer.from_pretrained(path, local_files_only=True),
                    HFAgentConfig(**config))
+
+    def fork(self, seed: int | None = None) -> "HFAgent":
+        """This agent at this point of its episode, to go on apart from it: the same engine and tokenizer (shared,
+        never copied), its own copy of the conversation, token record and context policy state, so its next turn
+        is fed exactly the prompt this agent's next turn would be.
+
+        ``seed`` is the fork's episode seed: its turn t then samples with seed ``base + 1000 * seed + t`` (an
+        unseeded agent's fork samples with base 0), so forks given different seeds sample apart. None keeps this
+        agent's seeding (a seeded fork then repeats this agent's next completions)."""
+        config = self.config if seed is None or self.config.seed is not None else replace(self.config, seed=0)
+        twin = HFAgent(self.engine, self.tokenizer, config)
+        twin.format = self.format  # fixed at reset: shared
+        twin.context = copy.copy(self.context)
+        for name, value in vars(self.context).items():  # its own summaries, not its tokenizer or counters
+            if isinstance(value, (dict, list)):
+                setattr(twin.context, name, copy.copy(value))
+        twin.ids, twin.traces = list(self.ids), list(self.traces)  # traces are never changed once made
+        twin.history = [dict(m, ids=list(m["ids"])) if "ids" in m else dict(m) for m in self.history]
+        twin._view, twin._pieces = copy.deepcopy(self._view), dict(self._pieces)
+        twin._episode_seed = self._episode_seed if seed is None else int(seed)
+        return twin
 
     def reset(self, observation: str, info: dict[str, Any]) -> None:
         tools = info.get("tools")

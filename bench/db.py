@@ -208,14 +208,35 @@ class ResultsDB:
         values["error"] = json.dumps(row.error) if row.error else None
         values["long_horizon"], values["self_corrected"] = int(row.long_horizon), int(row.self_corrected)
         values["episode_key"] = row.key
+        return self._insert("episodes", values)
+
+    def _insert(self, table: str, values: dict[str, Any]) -> bool:
+        """INSERT OR IGNORE one row (``finished_at`` now when unset); whether it was new."""
         if not values["finished_at"]:
             import datetime
 
             values["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         columns = ", ".join(values)
         marks = ", ".join(f":{k}" for k in values)
-        cur = self.conn.execute(f"INSERT OR IGNORE INTO episodes ({columns}) VALUES ({marks})", values)
+        cur = self.conn.execute(f"INSERT OR IGNORE INTO {table} ({columns}) VALUES ({marks})", values)
         return cur.rowcount == 1
+
+    def _select(self, table: str, key_column: str, agent: str | None, suite: str | None) -> list[dict[str, Any]]:
+        """Rows of ``table`` (optionally of one agent and/or suite) as dicts without ``id`` and the key, in order."""
+        query, args, where = f"SELECT * FROM {table}", [], []
+        for column, value in (("agent", agent), ("suite", suite)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        rows = []
+        for r in self.conn.execute(query + " ORDER BY id", args):
+            d = dict(r)
+            for k in ("id", key_column):
+                d.pop(k)
+            rows.append(d)
+        return rows
 
     def done_keys(self) -> set[str]:
         """Keys of every stored episode."""
@@ -223,21 +244,8 @@ class ResultsDB:
 
     def episodes(self, agent: str | None = None, suite: str | None = None) -> list[EpisodeRow]:
         """Stored episodes (optionally of one agent and/or suite), in the order they finished."""
-        query, args = "SELECT * FROM episodes", []
-        where = []
-        if agent is not None:
-            where.append("agent = ?")
-            args.append(agent)
-        if suite is not None:
-            where.append("suite = ?")
-            args.append(suite)
-        if where:
-            query += " WHERE " + " AND ".join(where)
         rows = []
-        for r in self.conn.execute(query + " ORDER BY id", args):
-            d = dict(r)
-            for k in ("id", "episode_key"):
-                d.pop(k)
+        for d in self._select("episodes", "episode_key", agent, suite):
             d["components"] = json.loads(d["components"] or "{}")
             d["error"] = json.loads(d["error"]) if d["error"] else None
             d["long_horizon"], d["self_corrected"] = bool(d["long_horizon"]), bool(d["self_corrected"])
@@ -250,14 +258,7 @@ class ResultsDB:
         values["scores"] = json.dumps(row.scores)
         values["error"] = json.dumps(row.error) if row.error else None
         values["trial_key"] = row.key
-        if not values["finished_at"]:
-            import datetime
-
-            values["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        columns = ", ".join(values)
-        marks = ", ".join(f":{k}" for k in values)
-        cur = self.conn.execute(f"INSERT OR IGNORE INTO best_of_n ({columns}) VALUES ({marks})", values)
-        return cur.rowcount == 1
+        return self._insert("best_of_n", values)
 
     def best_of_n_keys(self) -> set[str]:
         """Keys of every stored best-of-n trial."""
@@ -265,18 +266,8 @@ class ResultsDB:
 
     def best_of_n(self, agent: str | None = None, suite: str | None = None) -> list[BestOfNRow]:
         """Stored best-of-n trials (optionally of one agent and/or suite), in the order they finished."""
-        query, args, where = "SELECT * FROM best_of_n", [], []
-        for column, value in (("agent", agent), ("suite", suite)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                args.append(value)
-        if where:
-            query += " WHERE " + " AND ".join(where)
         rows = []
-        for r in self.conn.execute(query + " ORDER BY id", args):
-            d = dict(r)
-            for k in ("id", "trial_key"):
-                d.pop(k)
+        for d in self._select("best_of_n", "trial_key", agent, suite):
             d["scores"] = json.loads(d["scores"] or "[]")
             d["error"] = json.loads(d["error"]) if d["error"] else None
             rows.append(BestOfNRow(**d))

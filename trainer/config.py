@@ -19,6 +19,7 @@ import yaml
 from repogym.agents.hf import HFAgentConfig
 from repogym.envs.errors import ConfigError
 from repogym.envs.repo_env import EnvConfig
+from repogym.trainer.branching import BranchingConfig
 from repogym.trainer.curriculum import CurriculumConfig
 from repogym.trainer.fleet import FLEETS, POLICY_TOKENIZER
 from repogym.trainer.learner import LearnerConfig
@@ -170,6 +171,10 @@ class TrainConfig:
     ray: RayConfig = field(default_factory=RayConfig)
     train: LoopConfig = field(default_factory=LoopConfig)
     heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
+    branching: BranchingConfig = field(default_factory=BranchingConfig)
+    """Branch training episodes and compare the continuations of each branch point (GRPO; ``at: off`` by
+    default). Fields: ``at`` (``off``, ``after_failing_tests``, ``turn:K``) and ``group`` (continuations per
+    branch point); see :mod:`repogym.trainer.branching`."""
 
     def check(self) -> "TrainConfig":
         """Raise ConfigError on values that cannot work together."""
@@ -197,6 +202,9 @@ class TrainConfig:
             raise ConfigError("learner.world_size > 1 runs the learner's ranks as Ray actors: set fleet.backend: ray")
         if self.fleet.workers < 1 or self.fleet.envs_per_worker < 1:
             raise ConfigError("fleet.workers and fleet.envs_per_worker must be >= 1")
+        if self.branching.enabled and self.algorithm.name != "grpo":
+            raise ConfigError(f"branching compares the continuations of a branch point with GRPO's advantages: set "
+                              f"algorithm.name: grpo (got {self.algorithm.name!r}) or branching.at: off")
         return self
 
 

@@ -21,6 +21,7 @@ from repogym.envs.errors import InfraError
 from repogym.envs.registry import Registry
 from repogym.envs.repo_env import EnvConfig
 from repogym.envs.status import Status, excluded
+from repogym.trainer.branching import BranchingConfig, branch_path, branching_rollout
 
 POLICY_TOKENIZER = "policy"
 """``env.tokenizer`` of a training run: the rollout worker gives each env the policy's own tokenizer. Filled in
@@ -57,6 +58,9 @@ class EpisodeOutcome:
     trajectory: str | None = None
     error: dict[str, Any] | None = None
     components: dict[str, float] = field(default_factory=dict)
+    branch: dict[str, Any] | None = None
+    """With branching (:mod:`repogym.trainer.branching`): which continuation of which branch point this is, or
+    why the episode did not branch; None when branching is off."""
 
     def __post_init__(self):
         self.status = status_of(self.status)
@@ -97,6 +101,8 @@ class WorkerSpec:
     trajectory_dir: str | None = None
     format_options: dict[str, Any] = field(default_factory=dict)
     """The hf agent's prompt options (system prompt, tools), to tokenise other agents' episodes as SFT data."""
+    branching: BranchingConfig | None = None
+    """Branch ``train`` episodes (:mod:`repogym.trainer.branching`); None or ``at: off``: plain episodes."""
 
     def __post_init__(self):
         if not isinstance(self.env, EnvConfig):
@@ -158,6 +164,9 @@ class RolloutWorker:
         if config.tokenizer in (None, POLICY_TOKENIZER):
             # Usage and the token budget count the policy's tokens; no policy (a scripted agent): characters only.
             config = replace(config, tokenizer=self.tokenizer)
+        if self._branching() is not None and config.fork_pool_size == 0:
+            # Forks from warm sandboxes: a branch point does not wait for group - 1 sandboxes to start.
+            config = replace(config, fork_pool_size=self.spec.branching.group - 1)
         return gym.make("repogym/RepoTask-v0", tasks=self.spec.tasks, config=config).unwrapped
 
     def _agent(self, request: EpisodeRequest):
@@ -175,8 +184,23 @@ class RolloutWorker:
             options.setdefault("tasks", self.spec.tasks)
         return make_agent(self.spec.agent, **options)
 
+    def _branching(self, request: EpisodeRequest | None = None) -> BranchingConfig | None:
+        """The branching config that applies (to ``request``: training episodes only), or None."""
+        b = self.spec.branching
+        if b is None or not b.enabled or (request is not None and request.tag != "train"):
+            return None
+        return b
+
     def run(self, request: EpisodeRequest) -> EpisodeOutcome:
-        """Run one episode; infrastructure failures come back as an ``infra_error`` outcome."""
+        """Run one plain episode (never branched); infrastructure failures come back as an ``infra_error`` outcome."""
+        return self._run(request, None)[0]
+
+    def run_all(self, request: EpisodeRequest) -> list[EpisodeOutcome]:
+        """Every outcome of one request: its episode, or with ``spec.branching`` (training requests) one per
+        continuation of its branch point, the source first (the fleets hand them back in this order)."""
+        return self._run(request, self._branching(request))
+
+    def _run(self, request: EpisodeRequest, branching: BranchingConfig | None) -> list[EpisodeOutcome]:
         from repogym.agents.rollout import run_episode
 
         slot = self._slots.get()
@@ -189,17 +213,16 @@ class RolloutWorker:
             if slot["env"] is None:
                 slot["env"] = self._env()
             agent = self._agent(request)
+            if branching is not None:
+                return [self._outcome(request, c.result, c.generate_s, branch_path(trajectory, c.branch["index"]),
+                                      c.result.duration_s, c.branch)
+                        for c in branching_rollout(slot["env"], agent, branching, task_id=request.task_id,
+                                                   seed=request.seed, agent_name=self.spec.agent,
+                                                   trajectory=trajectory)]
             result = run_episode(slot["env"], agent, task_id=request.task_id, seed=request.seed,
                                  agent_name=self.spec.agent, trajectory=trajectory)
-            tokens = result.tokens
-            if tokens is None and self.tokenizer is not None and not excluded(result.status, result.reward):
-                from repogym.trainer.sft_data import teacher_forced_tokens
-
-                tokens = teacher_forced_tokens(result.trajectory, self.tokenizer, self.spec.format_options)
             generate_s = agent.engine.seconds if isinstance(getattr(agent, "engine", None), _TimedEngine) else 0.0
-            return EpisodeOutcome(request, result.status, result.reward, result.turns, time.monotonic() - start,
-                                  generate_s, tokens, self.worker_id, trajectory, result.eval.get("error"),
-                                  result.info.get("reward_components", {}))
+            return [self._outcome(request, result, generate_s, trajectory, time.monotonic() - start)]
         except Exception as exc:  # a bad rollout is data, never a dead worker: the episode is dropped, not learned
             if slot["env"] is not None:
                 try:
@@ -209,10 +232,21 @@ class RolloutWorker:
                 slot["env"] = None
             error = ({"where": exc.where, "message": exc.message} if isinstance(exc, InfraError) else
                      {"where": "fleet.worker", "message": f"{type(exc).__name__}: {exc}"})
-            return EpisodeOutcome(request, Status.INFRA_ERROR, float("nan"), 0, time.monotonic() - start, 0.0,
-                                  worker=self.worker_id, trajectory=trajectory, error=error)
+            return [EpisodeOutcome(request, Status.INFRA_ERROR, float("nan"), 0, time.monotonic() - start, 0.0,
+                                   worker=self.worker_id, trajectory=trajectory, error=error)]
         finally:
             self._slots.put(slot)
+
+    def _outcome(self, request: EpisodeRequest, result, generate_s: float, trajectory: str | None, duration_s: float,
+                 branch: dict[str, Any] | None = None) -> EpisodeOutcome:
+        tokens = result.tokens
+        if tokens is None and self.tokenizer is not None and not excluded(result.status, result.reward):
+            from repogym.trainer.sft_data import teacher_forced_tokens
+
+            tokens = teacher_forced_tokens(result.trajectory, self.tokenizer, self.spec.format_options)
+        return EpisodeOutcome(request, result.status, result.reward, result.turns, duration_s, generate_s, tokens,
+                              self.worker_id, trajectory, result.eval.get("error"),
+                              result.info.get("reward_components", {}), branch)
 
     def set_weights(self, state_dict, version: int) -> int:
         """Load new policy weights into the in-process engine."""
@@ -267,7 +301,7 @@ class LocalFleet:
     def wait(self, timeout: float | None = None) -> list[EpisodeOutcome]:
         if not self._queue:
             return []
-        return [self.worker.run(self._queue.pop(0))]
+        return self.worker.run_all(self._queue.pop(0))
 
     def push_weights(self, state_dict, version: int) -> None:
         self.worker.set_weights(state_dict, version)
@@ -308,7 +342,7 @@ class RayFleet:
         for request in requests:
             index = min(range(len(self.workers)), key=self._load.__getitem__)
             worker = self.workers[index]
-            self._futures[worker.run.remote(request)] = (request, index, worker)
+            self._futures[worker.run_all.remote(request)] = (request, index, worker)
             self._load[index] += 1
 
     def wait(self, timeout: float | None = None) -> list[EpisodeOutcome]:
@@ -324,7 +358,7 @@ class RayFleet:
             request, index, worker = self._futures.pop(future)
             self._load[index] -= 1
             try:
-                results.append(self.ray.get(future))
+                results.extend(self.ray.get(future))  # one request: one outcome, or its continuations
             except self.ray.exceptions.RayActorError:
                 if self.workers[index] is worker:  # the first of its failed episodes replaces it
                     self._replace(index)

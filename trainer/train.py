@@ -3,7 +3,9 @@
 One RL step: the curriculum picks tasks -> the fleet runs ``group_size`` episodes of each -> groups with
 no signal (all rewards equal) are refilled, infra-error episodes dropped, stale samples (async) dropped
 -> the algorithm's advantages and loss -> one learner update -> new weights to the engines -> the
-curriculum learns which tasks were solved. Metrics go to ``RUN_DIR/metrics.jsonl`` and TensorBoard.
+curriculum learns which tasks were solved. With ``branching`` (GRPO), a task's group is ``group_size //
+branching.group`` episodes, each forked at its branch point into ``branching.group`` continuations that are
+compared with each other (:mod:`repogym.trainer.branching`). Metrics go to ``RUN_DIR/metrics.jsonl`` and TensorBoard.
 
 Sync mode runs a step's episodes, then trains. Async mode keeps a second step's worth of groups in
 flight while the learner trains, and drops samples more than ``fleet.max_staleness`` versions old.
@@ -31,6 +33,7 @@ from repogym.envs.tasks.suites import load_suite
 from repogym.envs.taskgen.recipes import ensure_suites
 from repogym.trainer.algorithms import make_algorithm
 from repogym.trainer.algorithms.common import Sample
+from repogym.trainer.branching import closes_request, comparison_key, generated_tokens, has_signal
 from repogym.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from repogym.trainer.config import HeldoutConfig, TrainConfig, to_dict
 from repogym.trainer.curriculum import Curriculum
@@ -122,6 +125,9 @@ class Trainer:
         if self.algorithm.name == "sft":
             raise ConfigError("algorithm sft is the warm start: set sft.steps and an RL algorithm (grpo, ppo)")
         self.group_size = self.algorithm.group_size
+        # Requests per task group: with branching each makes ``branching.group`` continuations (when it branches).
+        b = config.branching
+        self.roots = max(1, self.group_size // b.group) if b.enabled else self.group_size
         if abs(self.algorithm.temperature - config.agent.temperature) > 1e-9:
             # The learner's ratios compare against sampling logprobs: both must be at the same temperature.
             raise ConfigError(f"algorithm.options.temperature ({self.algorithm.temperature}) must equal "
@@ -198,7 +204,8 @@ class Trainer:
                           engine_pool=self._engine_pool() if agent == "hf" else None,
                           envs_per_worker=c.fleet.envs_per_worker,
                           trajectory_dir=str(self.run_dir / "trajectories") if c.fleet.save_trajectories else None,
-                          format_options={"system_prompt": c.agent.system_prompt, "tools": c.agent.tools})
+                          format_options={"system_prompt": c.agent.system_prompt, "tools": c.agent.tools},
+                          branching=c.branching if agent == "hf" else None)
 
     def _engine_pool(self):
         """The pool actor owning the vLLM engines (started on first use; it replaces one that dies), or None."""
@@ -412,9 +419,10 @@ class Trainer:
         for task in self.curriculum.sample(n):
             gid = self.next_group
             self.next_group += 1
-            self._groups[gid] = {"task": task.instance_id, "outcomes": [], "submitted_version": self.version}
+            self._groups[gid] = {"task": task.instance_id, "outcomes": [], "requests_done": 0,
+                                 "submitted_version": self.version}
             self.fleet.submit([EpisodeRequest(task.instance_id, _seed_of(self.config.seed, gid, i), gid)
-                               for i in range(self.group_size)])
+                               for i in range(self.roots)])
 
     def _receive(self, outcome: EpisodeOutcome) -> None:
         if outcome.request.tag in ("eval", "eval_heldout"):
@@ -428,13 +436,14 @@ class Trainer:
         group["outcomes"].append(outcome)
         if not outcome.excluded:
             self.curriculum.update(outcome.request.task_id, outcome.resolved)
-        if len(group["outcomes"]) < self.group_size:
+        group["requests_done"] += closes_request(outcome.branch)  # a branched request's last continuation closes it
+        if group["requests_done"] < self.roots:
             return
         del self._groups[outcome.request.group]
         valid = [o for o in group["outcomes"] if not o.excluded and o.tokens is not None]
-        rewards = [o.reward for o in valid]
         stale = self._too_stale(valid)
-        no_signal = len(valid) < 2 or max(rewards) - min(rewards) < 1e-9
+        # Signal: two rewards that differ within a comparison group (the task's group; with branching, a branch point).
+        no_signal = not has_signal([(comparison_key(o.branch), o.reward) for o in valid])
         if stale:
             st["dropped_stale"] += 1
         elif no_signal and self.config.train.max_refills >= 0 and self.group_size > 1:
@@ -507,6 +516,7 @@ class Trainer:
             samples = [Sample(q.ids, q.mask, q.logprobs, reward=reward_of[id(o)], task_id=o.request.task_id,
                               group=g["gid"],
                               version=o.version, meta={"episode": k, "part": j, "parts": len(parts),
+                                                       "branch": comparison_key(o.branch),
                                                        "masked": mask_reason(o.status, len(q.ids), self.max_len,
                                                                              c.train.mask_truncated)})
                        for k, o in enumerate(g["valid"]) for parts in [o.tokens.contexts()]
@@ -565,7 +575,13 @@ class Trainer:
             out["rollout/success_rate"] = sum(o.resolved for o in valid) / len(valid)
             out["rollout/reward_mean"] = statistics.fmean(o.reward for o in valid)
             out["rollout/turns_mean"] = statistics.fmean(o.turns for o in valid)
-            out["rollout/generated_tokens"] = sum(sum(o.tokens.mask) for o in valid if o.tokens)
+            # A branch point's prefix is generated once, however many continuations share it.
+            out["rollout/generated_tokens"] = generated_tokens([(o.branch, o.tokens) for o in valid])
+            out["rollout/generated_tokens_per_episode"] = out["rollout/generated_tokens"] / len(valid)
+            branched = [o.branch for o in valid if o.branch is not None]
+            if branched:
+                out["rollout/branch_points"] = len({b["id"] for b in branched if b["id"] is not None})
+                out["rollout/unbranched_episodes"] = sum(b["id"] is None for b in branched)
         else:
             out["rollout/success_rate"] = math.nan
         busy = sum(o.duration_s for o in episodes)

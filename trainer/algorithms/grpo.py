@@ -3,6 +3,10 @@
 For each task, G episodes are sampled; an episode's advantage is its reward minus the group's mean (or, with
 ``baseline: leave_one_out``, RLOO's mean of the other episodes), divided by the group's std when
 ``normalize_std``. Every generated token of the episode shares it.
+With branching (:mod:`repogym.trainer.branching`), the rewards compared are those of the continuations of one
+branch point (``meta["branch"]``), not the whole task group: they share the prefix, which the rollout already
+masked out of every continuation, so each is credited for its own post-branch tokens only. A task's episodes that
+did not branch are compared with each other, as plain GRPO.
 The loss is PPO's clipped surrogate on the token ratio to the sampling policy, with an asymmetric clip
 range (``clip_high`` > ``clip_low`` is DAPO's clip-higher), aggregated over tokens or sequences, plus an
 optional KL penalty to a frozen reference (k3 estimator), off when ``kl_coef`` is 0. Off-policy tokens are safe:
@@ -77,6 +81,15 @@ def group_advantages(rewards: list[float], normalize_std: bool = True, eps: floa
     return [c * negative_scale if c < 0 else c for c in centred]
 
 
+def comparison_groups(group: list[Sample]) -> list[list[Sample]]:
+    """The samples of a task's group whose rewards are compared: those of each branch point (``meta["branch"]``)
+    together, and those of no branch point (absent or None: every sample when branching is off) together."""
+    by_point: dict[Any, list[Sample]] = {}
+    for sample in group:
+        by_point.setdefault(sample.meta.get("branch"), []).append(sample)
+    return list(by_point.values())
+
+
 class GRPO:
     """Advantages per group, then the clipped token-level surrogate."""
 
@@ -114,22 +127,24 @@ class GRPO:
         return []
 
     def prepare(self, groups: list[list[Sample]]) -> list[Sample]:
-        """Set each sample's advantage from its group; the flat list to train on.
+        """Set each sample's advantage from its comparison group (see :func:`comparison_groups`); the flat list
+        to train on, in the order given.
 
         An episode split into several sequences (a context policy rebuilt its prompt: the samples share
         ``meta["episode"]``) counts once in the group's statistics, and every sequence of it gets its advantage.
         """
         out = []
         for group in groups:
-            rewards: dict[Any, float] = {}
-            for sample in group:
-                rewards.setdefault(sample.meta.get("episode", id(sample)), sample.reward)
-            advantages = dict(zip(rewards, group_advantages(list(rewards.values()), self.config.normalize_std,
-                                                            negative_scale=self.config.negative_scale,
-                                                            leave_one_out=self.config.baseline == "leave_one_out")))
-            for sample in group:
-                sample.advantage = advantages[sample.meta.get("episode", id(sample))]
-                out.append(sample)
+            for peers in comparison_groups(group):
+                rewards: dict[Any, float] = {}
+                for sample in peers:
+                    rewards.setdefault(sample.meta.get("episode", id(sample)), sample.reward)
+                advantages = dict(zip(rewards, group_advantages(
+                    list(rewards.values()), self.config.normalize_std, negative_scale=self.config.negative_scale,
+                    leave_one_out=self.config.baseline == "leave_one_out")))
+                for sample in peers:
+                    sample.advantage = advantages[sample.meta.get("episode", id(sample))]
+            out += group
         return out
 
     def old_pass(self, batch: Batch, logprobs: torch.Tensor, hidden: torch.Tensor | None) -> None:
