@@ -133,3 +133,45 @@ def test_a_run_whose_containers_were_killed_at_random_leaves_nothing():
     run_id, done = run_child("docker", "kills")
     assert done.returncode == 0, done.stderr[-2000:]
     assert leftovers(run_id) == []
+
+
+@pytest.mark.ray
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_killed_ray_workers_sandboxes_are_reaped_by_the_driver_and_close_leaves_nothing(tiny_task):
+    import ray
+
+    from repogym.envs.repo_env import EnvConfig
+    from repogym.envs.sandbox import SandboxConfig
+    from repogym.envs.sandbox.owner import owner_alive
+    from repogym.trainer.fleet import EpisodeRequest, RayFleet, WorkerSpec
+
+    require_backend("docker")
+    run_id = f"ray-{uuid.uuid4().hex[:6]}"
+    spec = WorkerSpec(tasks=[tiny_task], agent="null",
+                      env=EnvConfig(sandbox="docker", sandbox_config=SandboxConfig(run_id=run_id), max_turns=2))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        fleet = RayFleet(spec, workers=2, worker_cpus=0.5)
+        fleet.submit([EpisodeRequest(tiny_task.instance_id, seed) for seed in range(2)])
+        done = []
+        while len(done) < 2:
+            done += fleet.wait(timeout=300)
+        owners = ray.get([worker.owner.remote() for worker in fleet.workers])
+        import docker
+        client = docker.from_env()
+
+        def of(owner):
+            return client.containers.list(all=True, filters={"label": [f"repogym.run={run_id}",
+                                                                         f"repogym.owner={owner}"]})
+        assert of(owners[0]) and of(owners[1])  # each worker holds its env's sandbox (and a grading pool)
+        ray.kill(fleet.workers[0])  # SIGKILL: the worker runs no clean-up of its own
+        deadline = time.monotonic() + 30
+        while owner_alive(owners[0], 1e9) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        fleet._replace(0)  # what the driver does when it sees the worker dead
+        assert of(owners[0]) == [] and of(owners[1])  # the dead worker's sandboxes went; the live one's stay
+        fleet.close()
+        assert leftovers(run_id) == []
+    finally:
+        ray.shutdown()

@@ -9,6 +9,7 @@ Both are a :class:`Fleet`: they take requests with ``submit`` and hand back fini
 
 from __future__ import annotations
 
+import logging
 import queue
 import time
 from dataclasses import dataclass, field, replace
@@ -22,6 +23,8 @@ from repogym.envs.registry import Registry
 from repogym.envs.repo_env import EnvConfig
 from repogym.envs.status import Status, excluded
 from repogym.trainer.branching import BranchingConfig, branch_path, branching_rollout
+
+log = logging.getLogger(__name__)
 
 POLICY_TOKENIZER = "policy"
 """``env.tokenizer`` of a training run: the rollout worker gives each env the policy's own tokenizer. Filled in
@@ -154,8 +157,12 @@ class RolloutWorker:
 
                 self.engine = HFEngine.from_pretrained(spec.model_path, dtype="float32", device="cpu")
         self._slots: queue.Queue = queue.Queue()
+        self._envs: list[dict] = []
         for _ in range(spec.envs_per_worker):
-            self._slots.put({"env": None})
+            slot = {"env": None}
+            self._envs.append(slot)
+            self._slots.put(slot)
+        _reap_dead_owners_here()  # what a killed worker of this node left: its pid is provably gone
 
     def _env(self):
         import gymnasium as gym
@@ -257,6 +264,49 @@ class RolloutWorker:
     def ping(self) -> int:
         return self.worker_id
 
+    def owner(self) -> str:
+        """This worker's owner id (host, pid, start time): what its sandboxes are labelled with."""
+        from repogym.envs.sandbox.owner import owner_id
+
+        return owner_id()
+
+    def close(self) -> int:
+        """Close every environment of this worker (its sandboxes and pools); returns how many were open."""
+        closed = 0
+        for slot in self._envs:
+            if slot["env"] is not None:
+                try:
+                    slot["env"].close()
+                    closed += 1
+                except Exception:
+                    pass
+                slot["env"] = None
+        return closed
+
+
+def _wait_gone(owners: list[str], timeout_s: float) -> None:
+    """Wait until the processes of these owner ids (on this host) have exited, or ``timeout_s`` passed."""
+    from repogym.envs.sandbox.owner import owner_alive
+
+    deadline = time.monotonic() + timeout_s
+    while owners and time.monotonic() < deadline:
+        owners = [o for o in owners if owner_alive(o, stale_after_s=1e9)]
+        if owners:
+            time.sleep(0.2)
+
+
+def _reap_dead_owners_here() -> None:
+    """Remove what dead owners on this host left (best effort: a failure here must not stop a worker or the driver)."""
+    try:
+        from repogym.envs.sandbox.gc import reap_dead_owners_here
+
+        report = reap_dead_owners_here()
+        removed = [item.name for item in report.leftovers if item.removed]
+        if removed:
+            log.info("removed %d sandboxes of dead workers: %s", len(removed), ", ".join(removed))
+    except Exception as exc:
+        log.warning("could not reap dead workers' sandboxes: %s", exc)
+
 
 @runtime_checkable
 class Fleet(Protocol):
@@ -308,6 +358,7 @@ class LocalFleet:
 
     def close(self) -> None:
         self._queue.clear()
+        self.worker.close()
 
 
 class RayFleet:
@@ -372,7 +423,10 @@ class RayFleet:
         self.restarts += 1
         if self.restarts > self.max_restarts:
             raise InfraError("fleet", f"{self.restarts} rollout workers died (max_restarts {self.max_restarts})")
-        # Every episode in flight on the dead worker fails with RayActorError and is resubmitted as it comes.
+        # Every episode in flight on the dead worker fails with RayActorError and is resubmitted as it comes. Its
+        # sandboxes (on this node) go now, before the replacement starts its own; on another node the next worker
+        # started there reaps them.
+        _reap_dead_owners_here()
         self.workers[index] = self._start(index)
 
     def push_weights(self, state_dict, version: int) -> None:
@@ -387,9 +441,23 @@ class RayFleet:
                 self._replace(index)
 
     def close(self) -> None:
+        """Close each worker's environments (a killed actor runs no clean-up), then kill the workers and reap
+        what any of them still left on this node."""
+        closing = [worker.close.remote() for worker in self.workers]
+        try:
+            self.ray.wait(closing, num_returns=len(closing), timeout=60)
+        except Exception:
+            pass  # a dead worker cannot close: the reap below takes its sandboxes
+        owners = []
+        try:
+            owners = self.ray.get([worker.owner.remote() for worker in self.workers], timeout=30)
+        except Exception:
+            pass
         for worker in self.workers:
             self.ray.kill(worker)
         self._futures.clear()
+        _wait_gone(owners, timeout_s=15)  # a killed actor's pid must be gone before gc may call it dead
+        _reap_dead_owners_here()
 
 
 def make_fleet(spec: WorkerSpec, backend: str, workers: int = 1, worker_cpus: float = 1.0,
