@@ -81,6 +81,8 @@ class BenchConfig:
     task and sample, one trial whose episode is forked into N branches after reset, each driven by its own agent
     from the factory, the branch the visible tests score best graded. Stored apart (``best_of_n`` table), never as
     pass@1."""
+    run_id: str | None = None
+    """Label of the run's sandboxes (``repogym gc --run ID``); None: the sandboxes' default."""
 
     def __post_init__(self):
         if not 1 <= self.k <= SEED_STRIDE:
@@ -203,6 +205,7 @@ def _run(config: BenchConfig, tasks: list[Task], todo: list[EpisodeSpec], factor
 
     import repogym.envs  # noqa: F401  (registers the env id)
     from repogym.envs.repo_env import EnvConfig
+    from repogym.envs.sandbox import SandboxConfig
 
     pending: queue.Queue[EpisodeSpec] = queue.Queue()
     for spec in todo:
@@ -211,7 +214,10 @@ def _run(config: BenchConfig, tasks: list[Task], todo: list[EpisodeSpec], factor
     stop = threading.Event()
     workers = min(config.concurrency, len(todo))
     best = config.best_of > 1  # then each worker has one agent per branch, and forks ready in a warm pool
-    env_config = EnvConfig(fork_pool_size=config.best_of - 1) if best else None
+    env_fields: dict[str, Any] = {"fork_pool_size": config.best_of - 1} if best else {}
+    if config.run_id:
+        env_fields["sandbox_config"] = SandboxConfig(run_id=config.run_id)
+    env_config = EnvConfig(**env_fields) if env_fields else None
     pairs = [(gym.make("repogym/RepoTask-v0", suite=config.suite, tasks=tasks, sandbox=config.sandbox,
                        max_turns=config.max_turns, config=env_config),
               [factory() for _ in range(config.best_of)] if best else factory()) for _ in range(workers)]

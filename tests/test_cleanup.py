@@ -24,39 +24,48 @@ CHILD = textwrap.dedent('''
     import json, random, sys, threading, time
     from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
     from repogym.envs.sandbox import SandboxConfig
-    from repogym.agents.oracle import OracleAgent
-    from repogym.agents.rollout import run_episode
 
     backend, run_id, how = sys.argv[1:4]
     config = EnvConfig(sandbox=backend, sandbox_config=SandboxConfig(run_id=run_id), eval_pool_size=2,
                        fork_pool_size=3)
-    envs = [RepoTaskEnv(suite="builtin", config=config) for _ in range(2)]
-    if how == "kills":  # episodes while a killer kills the run's containers at random; then a normal exit
-        import docker
-        client = docker.from_env()
-        stop = threading.Event()
+    if how == "kills":  # a bench while a killer kills the run's sandboxes at random; then a normal exit
+        import os, signal, tempfile
+        from repogym.bench.runner import BenchConfig, run_bench
+        def victims():
+            if backend == "docker":
+                import docker
+                return [("container", c) for c in docker.from_env().containers.list(
+                    filters={"label": f"repogym.run={run_id}"})]
+            found = []
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    comm, cgroup = open(f"/proc/{pid}/comm").read().strip(), open(f"/proc/{pid}/cgroup").read()
+                except OSError:
+                    continue
+                if comm == "bwrap" and run_id in cgroup:
+                    found.append(("process", int(pid)))
+            return found
+        kills = []
         def killer():
             for _ in range(6):
                 time.sleep(random.uniform(0.5, 1.5))
-                found = client.containers.list(filters={"label": f"repogym.run={run_id}"})
+                found = victims()
                 if found:
+                    kind, victim = random.choice(found)
                     try:
-                        random.choice(found).kill()
+                        victim.kill() if kind == "container" else os.kill(victim, signal.SIGKILL)
+                        kills.append(victim)
                     except Exception:
                         pass
         thread = threading.Thread(target=killer)
         thread.start()
-        def play(env):
-            for seed in range(4):
-                try:
-                    run_episode(env, OracleAgent(), seed=seed)
-                except Exception as exc:
-                    print("episode raised", type(exc).__name__, exc, file=sys.stderr)
-        workers = [threading.Thread(target=play, args=(env,)) for env in envs]
-        for w in workers: w.start()
-        for w in workers: w.join()
+        db = tempfile.mkdtemp() + "/bench.db"
+        run_bench(BenchConfig(agent="oracle", suite="builtin", db=db, concurrency=2, sandbox=backend,
+                                       limit=6, progress=False, run_id=run_id))
         thread.join()
-        sys.exit(0)  # no env closed: the exit must do it
+        print(f"kills {len(kills)}", file=sys.stderr)
+        sys.exit(0)  # the bench closed what it knows of; the exit must take the rest
+    envs = [RepoTaskEnv(suite="builtin", config=config) for _ in range(2)]
     for env in envs:
         env.reset(seed=0)
         env.step(json.dumps({"name": "bash", "arguments": {"command": "echo hi > /tmp/x"}}))
@@ -81,10 +90,10 @@ def leftovers(run_id: str) -> list[str]:
         pass
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            cmdline, cgroup = Path(f"/proc/{pid}/cmdline").read_bytes(), Path(f"/proc/{pid}/cgroup").read_text()
         except OSError:
             continue
-        if run_id.encode() in cmdline and b"bwrap" in cmdline:
+        if run_id in cgroup or (run_id.encode() in cmdline and b"bwrap" in cmdline):
             found.append(f"process {pid}")
     cgroups = Path("/sys/fs/cgroup")
     if cgroups.is_dir():
@@ -127,11 +136,11 @@ def test_every_sandbox_of_a_process_is_gone_when_it_ends(backend, how):
 
 
 @pytest.mark.slow
-@pytest.mark.docker
-def test_a_run_whose_containers_were_killed_at_random_leaves_nothing():
-    require_backend("docker")
-    run_id, done = run_child("docker", "kills")
+def test_a_bench_whose_sandboxes_were_killed_at_random_leaves_nothing(backend):
+    require_backend(backend)
+    run_id, done = run_child(backend, "kills")
     assert done.returncode == 0, done.stderr[-2000:]
+    assert "kills 0" not in done.stderr  # sandboxes really died mid-run
     assert leftovers(run_id) == []
 
 

@@ -29,6 +29,8 @@ def add_parser(sub) -> None:
                         help="best-of-N at test time: fork each episode after reset into N branches (one agent each), "
                              "score submitted branches by the visible tests (run_tests), grade only the best; stored "
                              "and reported apart from pass@1 (default 1: plain episodes)")
+    parser.add_argument("--run-id", default=None, metavar="ID",
+                        help="label of this run's sandboxes (`repogym gc --run ID` keeps to them; default: default)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
 
@@ -44,7 +46,7 @@ def run(args) -> int:
                          agent_options=load_agent_options(args.agent_config), k=args.k,
                          concurrency=args.concurrency, sandbox=args.sandbox, max_turns=args.max_turns,
                          limit=args.limit, label=args.label, out=args.out, progress=not args.no_progress,
-                         best_of=args.best_of)
+                         best_of=args.best_of, run_id=args.run_id)
     report = run_bench(config)
     kind = f"best-of-{config.best_of} trials" if config.best_of > 1 else "episodes"
     print(f"{report.written} {kind} stored this run, {report.skipped} were already there")
