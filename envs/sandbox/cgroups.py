@@ -18,6 +18,7 @@ from pathlib import Path
 from repogym.envs.errors import ConfigError
 
 ROOT = Path("/sys/fs/cgroup")
+CLOSE_WAIT_S = 10.0  # how long close() waits for the processes inside to be gone and the folders removed
 PREFIX = "repogym-"
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
@@ -88,7 +89,10 @@ class Cgroup:
 
     def close(self) -> None:
         """Kill whatever is left inside, then remove the folders (idempotent)."""
-        for _ in range(50):
+        # Seconds, not tries: on a loaded machine killed processes take a while to leave, and a cgroup with one
+        # still inside cannot be removed (then only `repogym gc` would).
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        while time.monotonic() < deadline:
             pids = self.pids()
             if not pids:
                 break
@@ -99,12 +103,14 @@ class Cgroup:
                     pass
             time.sleep(0.02)
         for folder in self.dirs:
-            for _ in range(50):
+            while True:
                 try:
                     folder.rmdir()
                     break
                 except FileNotFoundError:
                     break
                 except OSError:
+                    if time.monotonic() > deadline:
+                        break
                     time.sleep(0.02)
         self.dirs = []
