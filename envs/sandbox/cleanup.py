@@ -19,6 +19,7 @@ import atexit
 import logging
 import signal
 import threading
+import time
 from typing import Any
 
 from repogym.envs.errors import SandboxError
@@ -30,6 +31,7 @@ _sandboxes: dict[int, Any] = {}  # id -> a live sandbox (closed ones unregister)
 _pools: dict[int, Any] = {}
 _exiting = threading.Event()
 _state = {"installed": False, "docker": False}
+POOL_WAIT_S = 20.0  # at exit, how long all pools together wait for the sandbox starts they have in progress
 
 
 def _install() -> None:
@@ -86,12 +88,24 @@ def close_all() -> int:
     _exiting.set()
     with _lock:
         pools, sandboxes = list(_pools.values()), list(_sandboxes.values())
-    for item in (*pools, *sandboxes):
-        try:
-            item.close()
-        except Exception as exc:  # one failure must not keep the rest alive
-            log.warning("closing %r at exit failed: %s", item, exc)
+    for pool in pools:  # all stop refilling at once; then one shared wait for the starts in progress
+        pool.stop()
+    deadline = time.monotonic() + POOL_WAIT_S
+    for pool in pools:
+        _close_quietly(lambda: pool.close(timeout=deadline - time.monotonic()), pool)
+    with _lock:
+        seen = {id(s) for s in sandboxes}
+        sandboxes += [s for s in _sandboxes.values() if id(s) not in seen]  # what a start in progress made
+    for sandbox in sandboxes:
+        _close_quietly(sandbox.close, sandbox)
     return _sweep_containers() if _state["docker"] else 0
+
+
+def _close_quietly(close, item) -> None:
+    try:
+        close()
+    except Exception as exc:  # one failure must not keep the rest alive
+        log.warning("closing %r at exit failed: %s", item, exc)
 
 
 def _sweep_containers() -> int:

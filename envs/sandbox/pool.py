@@ -51,12 +51,16 @@ class SandboxPool:
         self._wanted.release()
         return sandbox
 
-    def close(self) -> None:
-        """Stop refilling and close every sandbox still waiting."""
+    def stop(self) -> None:
+        """Stop refilling (a start in progress finishes, and its sandbox is closed); returns at once."""
         self._closed.set()
         self._wanted.release()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop refilling and close every sandbox still waiting (waiting up to ``timeout`` s for a start in progress)."""
+        self.stop()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=max(0.0, timeout))
         while not self._ready.empty():
             self._ready.get_nowait().close()
         cleanup.unregister_pool(self)
