@@ -39,7 +39,8 @@ from repogym.agents.rollout import UNKNOWN_STATUS
 from repogym.agents.trajectory import TRAJECTORY_FORMAT, TrajectoryWriter, status_of
 from repogym.envs.actions import parse_action
 from repogym.envs.errors import ForkRefused, InfraError
-from repogym.envs.status import Status, excluded
+from repogym.bench.db import Outcome
+from repogym.envs.status import Status
 
 BRANCH_SEED_STRIDE = 1_000_000
 """Branch seeds never collide with a pass@1 seed (task index * 1000 + sample) while a suite has < 1000 tasks."""
@@ -92,7 +93,7 @@ class Branch:
 
 
 @dataclass
-class BestOfNResult:
+class BestOfNResult(Outcome):
     """What one best-of-n trial came to: the chosen branch's graded outcome and every branch's score."""
 
     task_id: str
@@ -115,16 +116,6 @@ class BestOfNResult:
     trajectory: str | None = None
     """The chosen branch's trajectory file."""
 
-    def __post_init__(self):
-        self.status = status_of(self.status)
-
-    @property
-    def resolved(self) -> bool:
-        return self.status == Status.RESOLVED
-
-    @property
-    def infra_error(self) -> bool:
-        return excluded(self.status, self.reward)
 
 
 def branch_path(base: str | Path, index: int) -> Path:

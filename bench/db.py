@@ -80,8 +80,28 @@ CREATE TABLE IF NOT EXISTS training_metrics (
 """
 
 
+class Outcome:
+    """What every stored result (an episode, a best-of-n trial) says the same way: its status, resolved or not,
+    and whether it is left out of the rates. Subclasses are dataclasses with ``status`` and ``reward``."""
+
+    status: Status | str
+    reward: float
+
+    def __post_init__(self):
+        self.status = status_of(self.status)
+
+    @property
+    def resolved(self) -> bool:
+        return self.status == Status.RESOLVED
+
+    @property
+    def infra_error(self) -> bool:
+        """Left out of every rate (:func:`repogym.envs.status.excluded`): an infrastructure failure or no reward."""
+        return excluded(self.status, self.reward)
+
+
 @dataclass
-class EpisodeRow:
+class EpisodeRow(Outcome):
     """One finished episode as stored."""
 
     agent: str
@@ -109,25 +129,13 @@ class EpisodeRow:
     error: dict[str, Any] | None = None
     finished_at: str = ""
 
-    def __post_init__(self):
-        self.status = status_of(self.status)
-
     @property
     def key(self) -> str:
         return episode_key(self.agent, self.checkpoint, self.suite, self.task_id, self.sample)
 
-    @property
-    def resolved(self) -> bool:
-        return self.status == Status.RESOLVED
-
-    @property
-    def infra_error(self) -> bool:
-        """Left out of every rate (:func:`repogym.envs.status.excluded`): an infrastructure failure or no reward."""
-        return excluded(self.status, self.reward)
-
 
 @dataclass
-class BestOfNRow:
+class BestOfNRow(Outcome):
     """One best-of-n trial as stored (table ``best_of_n``): the chosen branch's graded outcome; kept apart from
     the episodes so a verifier-selected result never counts as pass@1."""
 
@@ -152,20 +160,9 @@ class BestOfNRow:
     error: dict[str, Any] | None = None
     finished_at: str = ""
 
-    def __post_init__(self):
-        self.status = status_of(self.status)
-
     @property
     def key(self) -> str:
         return best_of_n_key(self.agent, self.checkpoint, self.suite, self.task_id, self.sample, self.n)
-
-    @property
-    def resolved(self) -> bool:
-        return self.status == Status.RESOLVED
-
-    @property
-    def infra_error(self) -> bool:
-        return excluded(self.status, self.reward)
 
 
 def best_of_n_key(agent: str, checkpoint: str, suite: str, task_id: str, sample: int, n: int) -> str:

@@ -22,7 +22,6 @@ from typing import Iterable
 
 from repogym.bench.db import BestOfNRow, EpisodeRow
 from repogym.envs.rewards.rates import pass_at_k, wilson
-from repogym.envs.errors import ConfigError
 
 
 @dataclass

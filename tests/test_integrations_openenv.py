@@ -16,7 +16,6 @@ import pytest
 
 from repogym.cli import build_parser
 from repogym.envs.errors import ConfigError
-from repogym.envs.repo_env import EnvConfig
 from repogym.envs.tasks.suites import find_task
 from tests.conftest import require_backend
 

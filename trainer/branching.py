@@ -25,7 +25,7 @@ the sandbox at the branch point are not copied (the env's own limit, said in ``f
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
