@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/repogym demo --suite builtin --agents oracle,null "$@"
+source scripts/venvs.sh
+exec "$MAIN_VENV/bin/repogym" demo --suite builtin --agents oracle,null "$@"

@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+# shellcheck source=scripts/venvs.sh
+source scripts/venvs.sh
 
 need=()
 command -v git >/dev/null || need+=(git)
@@ -20,17 +22,18 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
+if [ ! -x "$MAIN_VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$MAIN_VENV"
 fi
-.venv/bin/python -m pip install -q --upgrade pip
+py="$MAIN_VENV/bin/python"
+"$py" -m pip install -q --upgrade pip
 # torch first, pinned: an unpinned torch pulled in by another package would be a multi-GB CUDA build.
 # Where torch is already installed (a GPU machine with its CUDA build) it is kept.
-.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
-.venv/bin/python -m pip install -q -e ".[dev]"
+"$py" -c "import torch" 2>/dev/null || "$py" -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
+install_repogym "$py" "[dev]"
 
 if docker info >/dev/null 2>&1; then
-  .venv/bin/repogym images build
+  "$MAIN_VENV/bin/repogym" images build
 else
   echo "setup: no Docker daemon answers; the local (bubblewrap) sandbox will be used"
 fi

@@ -8,25 +8,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-VENV=.venv-integrations
-[ -x .venv/bin/python ] || bash scripts/setup.sh
+# shellcheck source=scripts/venvs.sh
+source scripts/venvs.sh
+VENV="$VENV_DIR/.venv-integrations"
+[ -x "$MAIN_VENV/bin/python" ] || bash scripts/setup.sh
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import openenv, skyrl_gym, verifiers, trl, minisweagent, repogym" 2>/dev/null; then
   echo "setup_integrations: $VENV is ready"
   exit 0
 fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-base_site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+base_site=$("$MAIN_VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 own_site=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 # addsitedir (not a bare path) so .venv's own .pth files run too: the editable repogym is one of them.
 echo "import site; site.addsitedir('$base_site')" > "$own_site/zz_repogym_base.pth"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-pins=$(.venv/bin/python - <<'PY'
+pins=$("$MAIN_VENV/bin/python" - <<'PY'
 import tomllib
 print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["integrations"]))
 PY
 )
 # Keep .venv's torch and transformers: the extras must not replace what the rest of repogym runs on.
-.venv/bin/python -m pip freeze | grep -iE '^(torch|transformers|accelerate)==' > "$VENV/constraints.txt"
+"$MAIN_VENV/bin/python" -m pip freeze | grep -iE '^(torch|transformers|accelerate)==' > "$VENV/constraints.txt"
 # shellcheck disable=SC2086
 "$VENV/bin/python" -m pip install -q -c "$VENV/constraints.txt" $pins
 "$VENV/bin/python" -c "import openenv, skyrl_gym, verifiers, trl, minisweagent, repogym; print('setup_integrations: ready')"

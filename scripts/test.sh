@@ -1,22 +1,32 @@
 #!/usr/bin/env bash
 # Set up, then run the whole test suite except GPU tests (docker, ray and slow tests included; vLLM in CI).
+# REPOGYM_VENV_DIR puts the environments outside the checkout (scripts/venvs.sh); the checkout may be read-only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# shellcheck source=scripts/venvs.sh
+source scripts/venvs.sh
 # The leaderboard page is checked in headless Chromium (Debian's package), a test-only dependency.
 if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
+# A read-only checkout takes no caches (ruff's and pytest's would be written into it).
+ruff_args=() pytest_args=()
+if ! checkout_writable; then
+  ruff_args=(--no-cache) pytest_args=(-p no:cacheprovider)
+fi
 # Lint first (seconds): pyproject's ruff rules keep every import on the one installed namespace.
-.venv/bin/ruff check .
+"$MAIN_VENV/bin/ruff" check "${ruff_args[@]}" .
 status=0
-.venv/bin/python -m pytest -m "not gpu and not vllm and not integrations" "$@" || status=$?
+"$MAIN_VENV/bin/python" -m pytest -m "not gpu and not vllm and not integrations" "${pytest_args[@]}" "$@" || status=$?
 # The peers' packages (OpenEnv, SkyRL-Gym, verifiers, TRL, mini-swe-agent) in an environment layered over
 # .venv: always, since the adapters are only worth what their tests against the real packages show.
-{ bash scripts/setup_integrations.sh && .venv-integrations/bin/python -m pytest -m integrations "$@"; } || status=$?
+{ bash scripts/setup_integrations.sh &&
+  "$VENV_DIR/.venv-integrations/bin/python" -m pytest -m integrations "${pytest_args[@]}" "$@"; } || status=$?
 # The real vLLM (its CPU build, in an environment of its own: it pins torch): in CI, or when asked. About three
 # minutes, the install included; the engine sets the CPU build's environment itself.
 if [ "${CI:-}" = true ] || [ "${REPOGYM_TEST_VLLM:-}" = 1 ]; then
-  { bash scripts/setup_vllm.sh && .venv-vllm/bin/python -m pytest -m vllm tests/test_vllm_real.py tests/test_vllm_train.py; } || status=$?
+  { bash scripts/setup_vllm.sh && "$VENV_DIR/.venv-vllm/bin/python" -m pytest -m vllm "${pytest_args[@]}" \
+      tests/test_vllm_real.py tests/test_vllm_train.py; } || status=$?
 fi
 exit "$status"
