@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+# `from tests.conftest import ...` needs the checkout on sys.path. Appended, not put first: where repogym is
+# installed from a copy (a read-only checkout, scripts/venvs.sh) the installed package must win over the
+# checkout's repogym/ folder, which holds only the top of the namespace.
+_CHECKOUT = str(Path(__file__).resolve().parents[1])
+if _CHECKOUT not in sys.path:
+    sys.path.append(_CHECKOUT)
 
 from repogym.envs.sandbox import backend_unavailable
 from repogym.envs.tasks.schema import Task

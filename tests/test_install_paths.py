@@ -61,8 +61,11 @@ def test_an_interpreter_under_tmp_in_a_folder_with_a_space_shows_nowhere_in_the_
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "REPOGYM_CACHE": str(tmp_path / "cache dir"),
            "REPOGYM_WHEELHOUSE": str(cache_dir() / "wheelhouse" / PYTHON), "HOME": str(tmp_path)}
     # The copy sees the project's environment (torch, the editable repogym) as its own site-packages do.
-    own_site = tmp_path / "py base x" / "lib" / f"python{PYTHON}" / "site-packages"
-    own_site.mkdir()
+    # Asked of the copy: Debian's own Python reads dist-packages folders, others site-packages.
+    own_site = Path(subprocess.run([str(python), "-S", "-c", "import site; print(site.getsitepackages()[0])"],
+                                   capture_output=True, text=True, check=True).stdout.strip())
+    assert own_site.is_relative_to(tmp_path), own_site
+    own_site.mkdir(parents=True, exist_ok=True)
     (own_site / "project-env.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
     done = subprocess.run([str(python), "-c", CHILD], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=900)

@@ -63,13 +63,17 @@ def test_ruff_forbids_the_old_bare_imports(tmp_path):
 
 
 def test_the_checkout_does_not_shadow_the_installed_namespace():
-    """From anywhere, ``repogym.envs`` is the checkout's ``envs/`` and no bare ``envs`` is importable from it."""
+    """From anywhere, ``repogym.envs`` is the checkout's ``envs/`` (editable, or installed from a copy where the
+    checkout is read-only) and no bare ``envs`` is importable from it."""
+    import repogym.agents
+    import repogym.envs
     code = ("import importlib.util, repogym.envs as e, repogym.agents as a; print(e.__file__); print(a.__file__);"
             "print([n for n in ('envs', 'agents', 'trainer', 'bench') if importlib.util.find_spec(n)])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", check=True).stdout
     envs_file, agents_file, bare = out.splitlines()
-    assert Path(envs_file) == REPO / "envs" / "__init__.py"
-    assert Path(agents_file) == REPO / "agents" / "__init__.py"
+    assert Path(envs_file) == Path(repogym.envs.__file__) and Path(agents_file) == Path(repogym.agents.__file__)
+    assert Path(envs_file).read_bytes() == (REPO / "envs" / "__init__.py").read_bytes()
+    assert Path(agents_file).read_bytes() == (REPO / "agents" / "__init__.py").read_bytes()
     assert bare == "[]"
 
 
@@ -134,7 +138,9 @@ def test_wheel_installs_one_namespace_and_survives_pypi_envs_beside_it(tmp_path)
     (site / "repogym_test_deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
     _copy_distributions(("pytest", "pluggy", "iniconfig", "packaging", "pygments"), site)  # what the sandbox runs tests with
     python = venv / "bin" / "python"
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, timeout=300)
+    # --ignore-installed: where this environment installed repogym itself (not editable), the .pth above shows it.
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed", str(wheel)], check=True,
+                   timeout=300)
     installed = {p.name for p in site.iterdir()}
     assert "repogym" in installed
     assert not installed & set(OLD_TOP_LEVEL), installed & set(OLD_TOP_LEVEL)
