@@ -19,7 +19,6 @@ from repogym.agents.policy import SamplingParams
 from repogym.envs.errors import ConfigError, InfraError
 
 FAKES = str(Path(__file__).parent / "fakes")
-REPO = str(Path(__file__).parent.parent)
 
 
 @pytest.fixture
@@ -210,16 +209,22 @@ class _FlakyEngine:
         return True
 
 
+def _workers_import_from(monkeypatch, folder: str) -> None:
+    """Ray's workers (started by the next ray.init) find ``folder`` first on their path, through the environment they
+    inherit: a runtime_env never starts a worker when the interpreter's path has a space (Ray 2.x)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")])))
+
+
 @pytest.mark.ray
-def test_the_client_replaces_a_dead_engine_once_and_turns_a_hang_into_an_error():
+def test_the_client_replaces_a_dead_engine_once_and_turns_a_hang_into_an_error(monkeypatch):
     import ray
 
     from repogym.trainer.inference import RayEngineClient
 
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parent)}})  # actors import this module
+    _workers_import_from(monkeypatch, str(Path(__file__).parent))  # actors import this module
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         actor = ray.remote(_FlakyEngine).options(num_cpus=0, max_restarts=0)
         started = []
@@ -246,7 +251,7 @@ def test_the_client_replaces_a_dead_engine_once_and_turns_a_hang_into_an_error()
 
 
 @pytest.mark.ray
-def test_engine_actors_on_one_gpu_and_a_tensor_parallel_group_take_weights_over_one_sync_group():
+def test_engine_actors_on_one_gpu_and_a_tensor_parallel_group_take_weights_over_one_sync_group(monkeypatch):
     """Ray with made-up GPUs: actors are placed, serve RayEngineClient and take synced and pushed weights."""
     import ray
 
@@ -255,8 +260,8 @@ def test_engine_actors_on_one_gpu_and_a_tensor_parallel_group_take_weights_over_
 
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=4, num_gpus=3, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": f"{FAKES}:{REPO}"}})
+    _workers_import_from(monkeypatch, FAKES)
+    ray.init(num_cpus=4, num_gpus=3, include_dashboard=False, log_to_driver=False)
     try:
         single = make_vllm_actor(VLLMEngineConfig(model="/m", max_concurrency=4))
         client = RayEngineClient(single)
