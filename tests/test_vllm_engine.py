@@ -54,6 +54,18 @@ def test_engine_arguments_ask_for_processed_logprobs_the_extension_and_ray_for_t
     assert tp.num_ranks() == 2
 
 
+def test_on_cpu_under_a_path_with_a_space_the_engine_runs_eagerly(fake_vllm, monkeypatch):
+    """torch's C++ builder passes its folders unquoted to the linker: there vLLM must not compile kernels."""
+    from repogym.trainer.inference import vllm_engine
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("TORCHDYNAMO_DISABLE", raising=False)
+    monkeypatch.setattr(vllm_engine, "_compiler_paths", lambda: ("/opt/env/torch", "/opt/env/include"))
+    assert _engine().llm.kwargs["enforce_eager"] is False and "TORCHDYNAMO_DISABLE" not in os.environ
+    monkeypatch.setattr(vllm_engine, "_compiler_paths", lambda: ("/opt/my env/torch", "/opt/env/include"))
+    assert _engine().llm.kwargs["enforce_eager"] is True and os.environ["TORCHDYNAMO_DISABLE"] == "1"
+
+
 def test_every_tensor_parallel_worker_joins_the_sync_group_at_its_own_rank(fake_vllm):
     from repogym.trainer.inference.weight_sync import SyncGroup, WeightReceiver, WeightSender, free_port
 

@@ -21,8 +21,10 @@ between a long stream of requests and a waiting update beyond "the update goes n
 behind it).
 
 On a machine without CUDA (vLLM's CPU build) the engine sets the environment that build needs, unless already
-set: ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB) and ``VLLM_HOST_IP=127.0.0.1``; everywhere it turns off usage stats
-and hub access (the model is a local folder).
+set: ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB) and ``VLLM_HOST_IP=127.0.0.1``, and ``TORCHDYNAMO_DISABLE=1`` where torch
+is installed in a folder whose path has a space (torch's C++ builder passes that path unquoted to the linker, so
+every compiled kernel fails and the engine dies); everywhere it turns off usage stats and hub access (the model
+is a local folder).
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import logging
 import os
+import sysconfig
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +45,7 @@ from repogym.agents.policy import Completion, SamplingParams
 WORKER_EXTENSION = "repogym.trainer.inference.vllm_worker.WeightSyncExtension"
 _OFFLINE_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
 _CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1"}
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -82,8 +87,27 @@ class VLLMEngineConfig:
 def _set_default_env() -> None:
     import torch
 
-    for key, value in {**_OFFLINE_ENV, **({} if torch.cuda.is_available() else _CPU_ENV)}.items():
+    cpu_env = {} if torch.cuda.is_available() else dict(_CPU_ENV)
+    if _cannot_compile_cpu_kernels():
+        logger.warning("torch lies under a path with a space, where its CPU kernels cannot be compiled: "
+                       "vLLM runs eagerly (enforce_eager, TORCHDYNAMO_DISABLE=1)")
+        cpu_env["TORCHDYNAMO_DISABLE"] = "1"
+    for key, value in {**_OFFLINE_ENV, **cpu_env}.items():
         os.environ.setdefault(key, value)
+
+
+def _cannot_compile_cpu_kernels() -> bool:
+    """On CPU, whether torch's C++ builder will fail: it hands the linker torch's and Python's folders unquoted."""
+    import torch
+
+    return not torch.cuda.is_available() and any(c.isspace() for path in _compiler_paths() for c in path)
+
+
+def _compiler_paths() -> tuple[str, ...]:
+    """The folders torch's C++ builder puts on the compiler's command line: torch's own and Python's headers."""
+    import torch
+
+    return os.path.dirname(torch.__file__), sysconfig.get_paths()["include"]
 
 
 class VLLMEngine:
@@ -91,6 +115,8 @@ class VLLMEngine:
 
     def __init__(self, config: VLLMEngineConfig, llm=None):
         _set_default_env()
+        if _cannot_compile_cpu_kernels():
+            config = dataclasses.replace(config, enforce_eager=True)
         import vllm
 
         self.config = config
