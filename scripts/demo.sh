@@ -3,5 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# shellcheck source=scripts/venvs.sh
 source scripts/venvs.sh
-exec "$MAIN_VENV/bin/repogym" demo --suite builtin --agents oracle,null "$@"
+# Trajectories go to runs/demo, or beside the environments when the checkout is read-only (--out overrides).
+out=runs/demo
+checkout_writable || out="$VENV_DIR/runs/demo"
+exec "$MAIN_VENV/bin/repogym" demo --suite builtin --agents oracle,null --out "$out" "$@"

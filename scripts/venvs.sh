@@ -1,6 +1,6 @@
 # Sourced by the scripts: where repogym's virtual environments live and how repogym goes into them.
 # They live in the checkout by default (.venv, .venv-integrations, .venv-vllm). REPOGYM_VENV_DIR puts them
-# in another folder, for a read-only checkout or one shared by several users.
+# in another folder, for a read-only checkout.
 VENV_DIR=${REPOGYM_VENV_DIR:-.}
 mkdir -p "$VENV_DIR"
 VENV_DIR=$(cd "$VENV_DIR" && pwd)
@@ -11,9 +11,9 @@ checkout_writable() {
   [ -w . ] && [ -w pyproject.toml ]
 }
 
-# install_repogym PYTHON [SPEC-SUFFIX] [PIP ARGS...]: repogym itself into PYTHON's environment, editable from
-# the checkout where it can be written, else from a copy of it (setuptools writes its build files into
-# the source folder, which a read-only checkout refuses).
+# install_repogym PYTHON EXTRAS [PIP ARGS...] (EXTRAS: "[dev]" or ""): repogym into PYTHON's environment,
+# editable from the checkout where it can be written, else from a copy of it (setuptools writes its build
+# files into the source folder, which a read-only checkout refuses).
 install_repogym() {
   local python=$1 extras=$2
   shift 2
