@@ -42,7 +42,7 @@ def fetch(spec: str) -> Path:
     root = CACHE / archive.name[:-len(".tar.gz")]
     if not root.exists():
         with tarfile.open(archive) as tar:
-            tar.extractall(CACHE, filter="data")
+            tar.extractall(CACHE, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     return root
 
 

@@ -80,7 +80,7 @@ def patch_of(task, changes: dict[str, str], tmp_path: Path) -> str:
     work = tmp_path / "work"
     work.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(snapshot(task).tar)) as tar:
-        tar.extractall(work, filter="data")
+        tar.extractall(work, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))  # 3.11.2 has none
     _git(work, "init", "-q")
     _git(work, "add", "-A")
     _git(work, "commit", "-qm", "base")
