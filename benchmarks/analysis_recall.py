@@ -22,6 +22,7 @@ from pathlib import Path
 
 from repogym.envs.analysis import RepoIndex
 from repogym.envs.analysis.extract import is_test_file
+from repogym.envs.taskgen.sources import extract_tar
 
 # Different layouts: src with classes (pluggy), src (packaging), flat and function-heavy (more-itertools).
 PROJECTS = ("pluggy==1.5.0", "packaging==24.1", "more-itertools==10.5.0")
@@ -42,7 +43,7 @@ def fetch(spec: str) -> Path:
     root = CACHE / archive.name[:-len(".tar.gz")]
     if not root.exists():
         with tarfile.open(archive) as tar:
-            tar.extractall(CACHE, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+            extract_tar(tar, CACHE)
     return root
 
 

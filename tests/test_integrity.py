@@ -25,6 +25,7 @@ from repogym.envs.rewards.validate import validate_task
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
 from repogym.envs.sandbox.local import PROJECT_ROOT, SYSTEM_DIRS
 from repogym.envs.status import Status
+from repogym.envs.taskgen.sources import extract_tar
 from repogym.envs.tasks.repos import snapshot
 from tests.conftest import CORRECT, _git
 
@@ -80,7 +81,7 @@ def patch_of(task, changes: dict[str, str], tmp_path: Path) -> str:
     work = tmp_path / "work"
     work.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(snapshot(task).tar)) as tar:
-        tar.extractall(work, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))  # 3.11.2 has none
+        extract_tar(tar, work)
     _git(work, "init", "-q")
     _git(work, "add", "-A")
     _git(work, "commit", "-qm", "base")

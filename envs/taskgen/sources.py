@@ -102,12 +102,18 @@ def _unpack(archive: Path, dest: Path) -> None:
             zf.extractall(dest)
         return
     with tarfile.open(archive) as tar:
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(dest, filter="data")
-        else:  # Python before 3.11.4 (Debian bookworm's 3.11.2): plain files and folders inside dest only
-            root = dest.resolve()
-            tar.extractall(dest, members=[m for m in tar.getmembers() if (m.isfile() or m.isdir())
-                                          and (root / m.name).resolve().is_relative_to(root)])
+        extract_tar(tar, dest)
+
+
+def extract_tar(tar: tarfile.TarFile, dest: Path) -> None:
+    """Unpack an untrusted archive into ``dest``: tarfile's ``data`` filter, or, on Python before 3.11.4 (Debian
+    bookworm's 3.11.2 has no filters), its plain files and folders that land inside ``dest``."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, filter="data")
+        return
+    root = Path(dest).resolve()
+    tar.extractall(dest, members=[m for m in tar.getmembers() if (m.isfile() or m.isdir())
+                                  and (root / m.name).resolve().is_relative_to(root)])
 
 
 def _from_git_url(url: str) -> SourceRepo:

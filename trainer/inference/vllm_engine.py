@@ -21,8 +21,8 @@ between a long stream of requests and a waiting update beyond "the update goes n
 behind it).
 
 On a machine without CUDA (vLLM's CPU build) the engine sets the environment that build needs, unless already
-set: ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB) and ``VLLM_HOST_IP=127.0.0.1``, and ``TORCHDYNAMO_DISABLE=1`` where torch
-is installed in a folder whose path has a space (torch's C++ builder passes that path unquoted to the linker, so
+set: ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB) and ``VLLM_HOST_IP=127.0.0.1``, and ``TORCHDYNAMO_DISABLE=1`` with
+``enforce_eager`` where torch is installed in a folder whose path has a space (torch's C++ builder passes that path unquoted to the linker, so
 every compiled kernel fails and the engine dies); everywhere it turns off usage stats and hub access (the model
 is a local folder).
 """
@@ -84,11 +84,11 @@ class VLLMEngineConfig:
         return kwargs
 
 
-def _set_default_env() -> None:
+def _set_default_env(eager_only: bool) -> None:
     import torch
 
     cpu_env = {} if torch.cuda.is_available() else dict(_CPU_ENV)
-    if _cannot_compile_cpu_kernels():
+    if eager_only:
         logger.warning("torch lies under a path with a space, where its CPU kernels cannot be compiled: "
                        "vLLM runs eagerly (enforce_eager, TORCHDYNAMO_DISABLE=1)")
         cpu_env["TORCHDYNAMO_DISABLE"] = "1"
@@ -114,8 +114,9 @@ class VLLMEngine:
     """vLLM's async engine serving token-id prompts, with per-request seeds and in-place weight updates."""
 
     def __init__(self, config: VLLMEngineConfig, llm=None):
-        _set_default_env()
-        if _cannot_compile_cpu_kernels():
+        eager_only = _cannot_compile_cpu_kernels()
+        _set_default_env(eager_only)
+        if eager_only:
             config = dataclasses.replace(config, enforce_eager=True)
         import vllm
 
