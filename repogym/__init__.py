@@ -1,5 +1,15 @@
 """repogym: a Gymnasium gym for coding agents on real repositories. ``import repogym`` registers the envs."""
 
-import repogym.envs  # noqa: F401  (registers repogym/RepoTask-v0)
+from pathlib import Path as _Path
+
+# Imported from a source checkout (a script or test run from its root, where Python puts the current folder
+# first) rather than from an install: the design keeps envs/, agents/, trainer/ ... at the top of the
+# repository, so repogym.envs and its siblings are found there, as the editable install's finder would.
+# An installed repogym has no pyproject.toml beside it and is left as it is.
+_checkout = _Path(__file__).resolve().parents[1]
+if (_checkout / "pyproject.toml").is_file() and (_checkout / "envs" / "__init__.py").is_file():
+    __path__.append(str(_checkout))
+
+import repogym.envs  # noqa: E402, F401  (registers repogym/RepoTask-v0)
 
 __version__ = "0.1.0"

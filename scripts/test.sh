@@ -10,12 +10,10 @@ source scripts/venvs.sh
 if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
-# A read-only checkout takes no caches (ruff's and pytest's would be written into it), and its repogym/ folder
-# must not shadow the repogym installed from a copy of it: Python does not put the current folder first.
+# A read-only checkout takes no caches (ruff's and pytest's would be written into it).
 ruff_args=() pytest_args=()
 if ! checkout_writable; then
   ruff_args=(--no-cache) pytest_args=(-p no:cacheprovider)
-  export PYTHONSAFEPATH=1
 fi
 # Lint first (seconds): pyproject's ruff rules keep every import on the one installed namespace.
 "$MAIN_VENV/bin/ruff" check "${ruff_args[@]}" .

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 # `from tests.conftest import ...` needs the checkout on sys.path. Appended, not put first: where repogym is
-# installed from a copy (a read-only checkout, scripts/venvs.sh) the installed package must win over the
-# checkout's repogym/ folder, which holds only the top of the namespace.
+# installed (from a copy, for a read-only checkout: scripts/venvs.sh) and pytest runs from elsewhere, the
+# installed package stays the one imported.
 _CHECKOUT = str(Path(__file__).resolve().parents[1])
 if _CHECKOUT not in sys.path:
     sys.path.append(_CHECKOUT)

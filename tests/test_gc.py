@@ -122,7 +122,7 @@ def test_a_dead_owner_on_this_host_is_dead_at_once_whatever_its_heartbeat(world)
 
 def test_tempdirs_of_dead_owners_go_live_and_unmarked_ones_stay(world):
     # A real process marks its folder, exits without cleaning up, and its last heartbeat goes stale.
-    code = ("import tempfile, sys; from envs.sandbox.owner import write_owner_marker, owner_id; "
+    code = ("import tempfile, sys; from repogym.envs.sandbox.owner import write_owner_marker, owner_id; "
             "d = tempfile.mkdtemp(prefix='repogym-local-', dir=sys.argv[1]); write_owner_marker(d); "
             "print(d, owner_id())")
     out = subprocess.run([sys.executable, "-c", code, str(world)], cwd=ROOT, check=True, capture_output=True,
@@ -305,7 +305,7 @@ def _repogym_labels(run: str) -> dict:
 def test_containers_of_dead_owners_go_live_and_unlabelled_ones_stay(docker_world):
     client, run = docker_world
     # A real process creates a container the way docker.py does, then exits without removing it.
-    code = ("import sys, time, docker; from envs.sandbox.owner import owner_labels, owner_id; "
+    code = ("import sys, time, docker; from repogym.envs.sandbox.owner import owner_labels, owner_id; "
             "labels = {'repogym': '1', 'repogym.run': sys.argv[1], 'repogym.created': str(int(time.time())), "
             "**owner_labels()}; "
             "c = docker.from_env().containers.run('repogym/base:bookworm', ['sleep', 'infinity'], detach=True, "
@@ -349,7 +349,7 @@ def test_volumes_of_dead_owners_go_unlabelled_ones_stay(docker_world):
 def test_gc_reaps_the_sandbox_of_a_crashed_run(docker_world, capsys):
     client, run = docker_world
     # A real docker sandbox whose process dies without closing it.
-    code = ("import os, sys; from envs.sandbox import SandboxConfig, make_sandbox; "
+    code = ("import os, sys; from repogym.envs.sandbox import SandboxConfig, make_sandbox; "
             "box = make_sandbox('docker', SandboxConfig(run_id=sys.argv[1])); print(box.name, flush=True); "
             "os._exit(0)")
     name = subprocess.run([sys.executable, "-c", code, run], cwd=ROOT, check=True, capture_output=True,

@@ -77,6 +77,19 @@ def test_the_checkout_does_not_shadow_the_installed_namespace():
     assert bare == "[]"
 
 
+def test_python_started_in_the_checkout_imports_the_whole_namespace_from_it():
+    """Python started in the checkout (``python -m`` or ``-c``, a Ray worker) puts the checkout's repogym/ folder
+    first; without the editable install's finder (repogym installed from a copy, a read-only checkout) it still
+    finds repogym.envs and its siblings, in the checkout."""
+    code = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in repr(f)];"
+            "import repogym, repogym.envs, repogym.agents, repogym.trainer; print(repogym.__file__);"
+            "print(repogym.envs.__file__); print(repogym.trainer.__file__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert [Path(p) for p in out.stdout.split()] == [REPO / "repogym" / "__init__.py", REPO / "envs" / "__init__.py",
+                                                     REPO / "trainer" / "__init__.py"]
+
+
 def _site_packages(venv: Path) -> Path:
     return Path(subprocess.run([venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                                capture_output=True, text=True, check=True).stdout.strip())
@@ -110,10 +123,11 @@ def _install_envs_from_pypi_or_standin(venv: Path, tmp_path: Path) -> str:
 
 @pytest.mark.slow
 def test_wheel_installs_one_namespace_and_survives_pypi_envs_beside_it(tmp_path):
-    # Built from a copy of what git would ship, so no stale build/ folder of the checkout can leak in.
+    # Built from a copy of what git would ship, so no stale build/ folder of the checkout can leak in. The checkout
+    # may belong to another user (a read-only mount): git reads it only when told it is safe.
     source, dist = tmp_path / "source", tmp_path / "dist"
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True,
-                            check=True).stdout.decode().split("\0")
+    listed = subprocess.run(["git", "-c", f"safe.directory={REPO}", "ls-files", "-co", "--exclude-standard", "-z"],
+                            cwd=REPO, capture_output=True, check=True).stdout.decode().split("\0")
     for rel in filter(None, listed):
         if (REPO / rel).is_file():
             (source / rel).parent.mkdir(parents=True, exist_ok=True)
