@@ -36,13 +36,13 @@ CHILD = textwrap.dedent('''
                 import docker
                 return [("container", c) for c in docker.from_env().containers.list(
                     filters={"label": f"repogym.run={run_id}"})]
-            found = []
+            found = []  # this process starts each bubblewrap (the launcher execs it): a normal user has no cgroups
             for pid in filter(str.isdigit, os.listdir("/proc")):
                 try:
-                    comm, cgroup = open(f"/proc/{pid}/comm").read().strip(), open(f"/proc/{pid}/cgroup").read()
+                    status = open(f"/proc/{pid}/status").read()
                 except OSError:
                     continue
-                if comm == "bwrap" and run_id in cgroup:
+                if "Name:\tbwrap\n" in status and f"\nPPid:\t{os.getpid()}\n" in status:
                     found.append(("process", int(pid)))
             return found
         kills = []

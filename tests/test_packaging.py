@@ -65,13 +65,10 @@ def test_ruff_forbids_the_old_bare_imports(tmp_path):
 def test_the_checkout_does_not_shadow_the_installed_namespace():
     """From anywhere, ``repogym.envs`` is the checkout's ``envs/`` (editable, or installed from a copy where the
     checkout is read-only) and no bare ``envs`` is importable from it."""
-    import repogym.agents
-    import repogym.envs
     code = ("import importlib.util, repogym.envs as e, repogym.agents as a; print(e.__file__); print(a.__file__);"
             "print([n for n in ('envs', 'agents', 'trainer', 'bench') if importlib.util.find_spec(n)])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", check=True).stdout
     envs_file, agents_file, bare = out.splitlines()
-    assert Path(envs_file) == Path(repogym.envs.__file__) and Path(agents_file) == Path(repogym.agents.__file__)
     assert Path(envs_file).read_bytes() == (REPO / "envs" / "__init__.py").read_bytes()
     assert Path(agents_file).read_bytes() == (REPO / "agents" / "__init__.py").read_bytes()
     assert bare == "[]"
@@ -86,7 +83,7 @@ def test_python_started_in_the_checkout_imports_the_whole_namespace_from_it():
             "print(repogym.envs.__file__); print(repogym.trainer.__file__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
-    assert [Path(p) for p in out.stdout.split()] == [REPO / "repogym" / "__init__.py", REPO / "envs" / "__init__.py",
+    assert [Path(p) for p in out.stdout.splitlines()] == [REPO / "repogym" / "__init__.py", REPO / "envs" / "__init__.py",
                                                      REPO / "trainer" / "__init__.py"]
 
 
