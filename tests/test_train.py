@@ -242,8 +242,9 @@ def test_a_learner_sharded_over_two_ray_ranks_trains_checkpoints_and_resumes(sft
     sections = dict(model={"path": str(sft_model)}, ray={"num_cpus": 3}, fleet={"backend": "ray", "workers": 1},
                     learner={"lr": 5e-4, "micro_batch_size": 2, "world_size": 2})
     try:
-        Trainer(_config(tmp_path / "run", train={"steps": 1}, **sections), progress=False).run()
-        Trainer(_config(tmp_path / "run", **sections), progress=False).run()
+        # Refills enough that a step almost never ends with every group's rewards equal (then nothing trains).
+        Trainer(_config(tmp_path / "run", train={"steps": 1, "max_refills": 8}, **sections), progress=False).run()
+        Trainer(_config(tmp_path / "run", train={"max_refills": 8}, **sections), progress=False).run()
     finally:
         ray.shutdown()
     steps = _metrics(tmp_path / "run")
