@@ -42,7 +42,7 @@ CHILD = textwrap.dedent('''
                     status = open(f"/proc/{pid}/status").read()
                 except OSError:
                     continue
-                if "Name:\tbwrap\n" in status and f"\nPPid:\t{os.getpid()}\n" in status:
+                if "Name:\\tbwrap\\n" in status and f"\\nPPid:\\t{os.getpid()}\\n" in status:
                     found.append(("process", int(pid)))
             return found
         kills = []
