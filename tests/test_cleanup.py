@@ -36,15 +36,8 @@ CHILD = textwrap.dedent('''
                 import docker
                 return [("container", c) for c in docker.from_env().containers.list(
                     filters={"label": f"repogym.run={run_id}"})]
-            found = []  # this process starts each bubblewrap (the launcher execs it): a normal user has no cgroups
-            for pid in filter(str.isdigit, os.listdir("/proc")):
-                try:
-                    status = open(f"/proc/{pid}/status").read()
-                except OSError:
-                    continue
-                if "Name:\\tbwrap\\n" in status and f"\\nPPid:\\t{os.getpid()}\\n" in status:
-                    found.append(("process", int(pid)))
-            return found
+            from tests.test_cleanup import bwrap_children  # the launcher execs bubblewrap: this process's child
+            return [("process", pid) for pid in bwrap_children(os.getpid())]
         kills = []
         def killer():
             for _ in range(6):

@@ -83,8 +83,8 @@ def test_python_started_in_the_checkout_imports_the_whole_namespace_from_it():
             "print(repogym.envs.__file__); print(repogym.trainer.__file__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
-    assert [Path(p) for p in out.stdout.splitlines()] == [REPO / "repogym" / "__init__.py", REPO / "envs" / "__init__.py",
-                                                     REPO / "trainer" / "__init__.py"]
+    assert [Path(p) for p in out.stdout.splitlines()] == [REPO / "repogym" / "__init__.py",
+                                                          REPO / "envs" / "__init__.py", REPO / "trainer" / "__init__.py"]
 
 
 def _site_packages(venv: Path) -> Path:
