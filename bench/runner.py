@@ -83,6 +83,8 @@ class BenchConfig:
     pass@1."""
     run_id: str | None = None
     """Label of the run's sandboxes (``repogym gc --run ID``); None: the sandboxes' default."""
+    skip_no_f2p: bool = False
+    """Leave out the suite's tasks with no FAIL_TO_PASS test (counted in a warning) instead of refusing the suite."""
 
     def __post_init__(self):
         if not 1 <= self.k <= SEED_STRIDE:
@@ -151,7 +153,7 @@ def run_bench(config: BenchConfig, agent_factory: AgentFactory | None = None) ->
     """
     from repogym.envs.tasks.suites import load_suite
 
-    tasks = load_suite(config.suite)[: config.limit]
+    tasks = load_suite(config.suite, skip_no_f2p=config.skip_no_f2p)[: config.limit]
     if not tasks:
         raise ConfigError(f"suite {config.suite!r} has no tasks")
     factory = agent_factory or registry_factory(config, tasks)

@@ -10,7 +10,8 @@ Three kinds of failure get three treatments (see docs/architecture.md):
   (``where``) so a trajectory can record it and training can drop the episode instead of learning from a fake 0.
 
 A wrong argument or config value is a :class:`ConfigError` ("expected X, got Y"); a malformed task file a
-:class:`TaskFileError`. :class:`SandboxKilledByAgent` is the agent's outcome (it scores 0), not an
+:class:`TaskFileError` (:class:`TaskCannotFail`, also a :class:`ConfigError`, for a task with no FAIL_TO_PASS test).
+:class:`SandboxKilledByAgent` is the agent's outcome (it scores 0), not an
 infrastructure failure, though it carries ``where`` too. The task generator's drop signals
 (:class:`MutantTimeout`, :class:`MutationNotLongHorizon`) never leave :func:`repogym.envs.taskgen.generate.generate`.
 Every class here subclasses :class:`RepogymError`, so a caller can catch all of repogym's deliberate failures at once.
@@ -46,6 +47,11 @@ class TaskFileError(RepogymError, ValueError):
         where = f"{path}:{line}" if line is not None else path
         what = f" field {field!r}:" if field else ""
         super().__init__(f"{where}:{what} {message}")
+
+
+class TaskCannotFail(TaskFileError, ConfigError):
+    """A task record with no FAIL_TO_PASS test: no patch can fail it, so it would pay every agent, even one that does
+    nothing. Loaders refuse it unless told to skip such tasks (``skip_no_f2p=True``, ``--skip-no-f2p``)."""
 
 
 class InfraError(RepogymError):

@@ -29,8 +29,9 @@ def test_validate_one_task_from_a_file(tmp_path, capsys, tiny_task):
     assert "1/1 tasks valid" in capsys.readouterr().out
     bad = dict(tiny_task.to_dict(), PASS_TO_PASS=["tests/test_hidden.py::test_clamp_above"], FAIL_TO_PASS=[])
     path.write_text(json.dumps(bad) + "\n")
-    assert main(["validate", "--tasks", str(path), "--sandbox", "local"]) == 1
-    assert "FAIL" in capsys.readouterr().out
+    # A task with no FAIL_TO_PASS test cannot fail: the file is refused before any sandbox starts.
+    assert main(["validate", "--tasks", str(path), "--sandbox", "local"]) == 2
+    assert "'tiny__calc-1' has no FAIL_TO_PASS test" in capsys.readouterr().err
 
 
 def test_validate_resumes_from_its_results_and_tables_the_causes(tmp_path, capsys, tiny_task):

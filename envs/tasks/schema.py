@@ -6,6 +6,13 @@ A task is a SWE-bench instance (``instance_id``, ``repo``, ``base_commit``, ``pr
 are decoded, our fields take defaults when missing, and unknown fields are kept in ``extra`` so that
 saving a loaded file loses nothing.
 
+Guaranteed: no task loads that cannot fail. A record with no FAIL_TO_PASS test is refused
+(:class:`TaskCannotFail`): grading would resolve it for any patch, the empty one included, once its PASS_TO_PASS
+tests pass. Loaders skip such records instead, with one warning that counts them, when told to (``skip_no_f2p``).
+An unknown field spelt like a known one (``fail_to_pass``, ``FAIL_TO_PAS``, ``test_comand``: the same letters up
+to case and ``_``/``-``, or a close misspelling of a field the record lacks) is an error naming the field it
+resembles, since keeping it as an extra would silently drop its value; other unknown fields are kept.
+
 ``difficulty`` is an integer 1..5, or one of SWE-bench Verified's time buckets (:data:`DIFFICULTY_BUCKETS`),
 which loads as its integer with the text kept in ``extra["difficulty_text"]``: a saved record holds both, so it
 loads back to the same task. Other datasets' row shapes (SWE-smith, R2E-Gym, ...) are converted by
@@ -15,12 +22,15 @@ loads back to the same task. Other datasets' row shapes (SWE-smith, R2E-Gym, ...
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
+import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from repogym.envs.errors import TaskFileError
+from repogym.envs.errors import TaskCannotFail, TaskFileError
 
 DEFAULT_TEST_COMMAND = "python -m pytest -q -p no:cacheprovider"
 SWEBENCH_OPTIONAL = ("hints_text", "created_at", "version", "environment_setup_commit")
@@ -34,6 +44,10 @@ DIFFICULTY_BUCKETS = {
     ">4 hours": 5,
 }
 """SWE-bench Verified's ``difficulty`` text -> our integer difficulty."""
+MISSPELLING_CUTOFF = 0.85
+"""difflib ratio from which an unknown field counts as a misspelling of a known field the record lacks."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -94,6 +108,12 @@ class Task:
         def fail(name: str, msg: str) -> TaskFileError:
             return TaskFileError(path, line, name, msg)
 
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        for name in record:
+            meant = None if name in known or record[name] is None else misspelt_field(name, known, record)
+            if meant is not None:
+                raise fail(name, f"unknown field {name!r}: did you mean {meant!r}? (an unknown field's value is "
+                                 f"ignored, so the task would not mean what it says)")
         for name in REQUIRED:
             if name not in record:
                 raise fail(name, "missing required field")
@@ -116,11 +136,34 @@ class Task:
             kwargs["setup"] = dict(record["setup"])
         if not kwargs.get("test_command", DEFAULT_TEST_COMMAND).strip():
             raise fail("test_command", "expected a non-empty command")
-        known = {f.name for f in dataclasses.fields(cls)}
-        kwargs["extra"] = {k: v for k, v in record.items() if k not in known}
+        kwargs["extra"] = {k: v for k, v in record.items() if k not in known and k != "extra"}
         if difficulty_text is not None:
             kwargs["extra"]["difficulty_text"] = difficulty_text
+        if not kwargs["FAIL_TO_PASS"]:
+            raise TaskCannotFail(path, line, "FAIL_TO_PASS", f"task {record['instance_id']!r} has no FAIL_TO_PASS test, "
+                                 "so no patch can fail it (even the empty one would be resolved); list the tests the "
+                                 "fix must make pass, or load with skip_no_f2p=True (--skip-no-f2p) to leave it out")
         return cls(**kwargs)
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[^0-9a-z]", "", name.lower())
+
+
+def misspelt_field(name: str, known: Iterable[str], record: dict[str, Any]) -> str | None:
+    """The known field that unknown field ``name`` of ``record`` is a misspelling of, or None.
+
+    The same letters up to case and separators always count; a close spelling (difflib, :data:`MISSPELLING_CUTOFF`,
+    at most two letters longer or shorter) only when the record lacks that field, since real datasets carry fields
+    named after ours beside them (``problem_statement_raw``, ``difficulty_text``, ``versions``)."""
+    by_key = {_normalized(k): k for k in known}
+    key = _normalized(name)
+    if key in by_key:
+        return by_key[key]
+    for close in difflib.get_close_matches(key, by_key, n=3, cutoff=MISSPELLING_CUTOFF):
+        if abs(len(close) - len(key)) <= 2 and by_key[close] not in record:
+            return by_key[close]
+    return None
 
 
 def _difficulty(value: Any, fail: Callable[[str, str], TaskFileError]) -> tuple[int, str | None]:
@@ -149,8 +192,11 @@ def test_list(value: Any, name: str, path: str, line: int | None) -> list[str]:
     return list(value)
 
 
-def load_tasks(path: str | Path) -> list[Task]:
-    """Load a JSONL (or a JSON array) task file; errors name the line and the field."""
+def load_tasks(path: str | Path, *, skip_no_f2p: bool = False) -> list[Task]:
+    """Load a JSONL (or a JSON array) task file; errors name the line and the field.
+
+    A task with no FAIL_TO_PASS test is refused (:class:`TaskCannotFail`); ``skip_no_f2p`` leaves such tasks out
+    instead, with one warning on this module's logger that counts and names them."""
     path = Path(path)
     if not path.is_file():
         raise TaskFileError(str(path), None, None, "no such task file")
@@ -170,14 +216,24 @@ def load_tasks(path: str | Path) -> list[Task]:
                 numbered.append((lineno, json.loads(raw)))
             except json.JSONDecodeError as exc:
                 raise TaskFileError(str(path), lineno, None, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
-    tasks, seen = [], {}
+    tasks, seen, skipped = [], {}, []
     for lineno, record in numbered:
-        task = Task.from_dict(record, path=str(path), line=lineno)
+        try:
+            task = Task.from_dict(record, path=str(path), line=lineno)
+        except TaskCannotFail:
+            if not skip_no_f2p:
+                raise
+            skipped.append(f"{record['instance_id']} (line {lineno})" if lineno else record["instance_id"])
+            continue
         if task.instance_id in seen:
             raise TaskFileError(str(path), lineno, "instance_id",
                                 f"duplicate id {task.instance_id!r} (first on line {seen[task.instance_id]})")
         seen[task.instance_id] = lineno
         tasks.append(task)
+    if skipped:
+        shown = ", ".join(skipped[:5]) + (f", ... ({len(skipped) - 5} more)" if len(skipped) > 5 else "")
+        log.warning("skipped %d task%s with no FAIL_TO_PASS in %s: %s", len(skipped),
+                    "" if len(skipped) == 1 else "s", path, shown)
     return tasks
 
 

@@ -41,9 +41,10 @@ def suite_path(name_or_path: str) -> Path:
     return suites.resolve(name_or_path)
 
 
-def load_suite(name_or_path: str = "builtin") -> list[Task]:
-    """Load a suite's tasks."""
-    return load_tasks(suite_path(name_or_path))
+def load_suite(name_or_path: str = "builtin", *, skip_no_f2p: bool = False) -> list[Task]:
+    """Load a suite's tasks; one with no FAIL_TO_PASS test is refused, or skipped and counted with ``skip_no_f2p``
+    (see :func:`repogym.envs.tasks.schema.load_tasks`)."""
+    return load_tasks(suite_path(name_or_path), skip_no_f2p=skip_no_f2p)
 
 
 def find_task(task_id: str, suite: str = "builtin") -> Task:

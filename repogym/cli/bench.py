@@ -22,6 +22,9 @@ def add_parser(sub) -> None:
                         help="backend (default: docker when a daemon answers, else local)")
     parser.add_argument("--max-turns", type=int, default=30, help="turn limit per episode (default 30)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N tasks")
+    parser.add_argument("--skip-no-f2p", action="store_true",
+                        help="leave out the suite's tasks with no FAIL_TO_PASS test, saying how many (default: such "
+                             "a task stops the run, since no patch can fail it and every agent would resolve it)")
     parser.add_argument("--label", default=None, help="the agent's name in the database (default: --agent)")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="trajectory folder (default: <db stem>-trajectories next to the database)")
@@ -46,7 +49,7 @@ def run(args) -> int:
                          agent_options=load_agent_options(args.agent_config), k=args.k,
                          concurrency=args.concurrency, sandbox=args.sandbox, max_turns=args.max_turns,
                          limit=args.limit, label=args.label, out=args.out, progress=not args.no_progress,
-                         best_of=args.best_of, run_id=args.run_id)
+                         best_of=args.best_of, run_id=args.run_id, skip_no_f2p=args.skip_no_f2p)
     report = run_bench(config)
     kind = f"best-of-{config.best_of} trials" if config.best_of > 1 else "episodes"
     print(f"{report.written} {kind} stored this run, {report.skipped} were already there")

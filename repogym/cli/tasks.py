@@ -18,6 +18,9 @@ def add_parser(sub) -> None:
                                      "FAIL_TO_PASS and PASS_TO_PASS tests (or every full record with --json).")
     ls.add_argument("--suite", default="builtin", help="suite name or JSONL path (default: builtin)")
     ls.add_argument("--json", action="store_true", help="print a JSON array of the full task records")
+    ls.add_argument("--skip-no-f2p", action="store_true",
+                    help="leave out tasks with no FAIL_TO_PASS test, saying how many (default: such a task is an "
+                         "error, since no patch can fail it)")
     ls.set_defaults(func=run_list)
     build = tsub.add_parser("build-builtin", help="rebuild task_repos/builtin.jsonl from task_repos/*/ (developers)",
                             description="Rebuild the builtin suite's task file from the task repositories in "
@@ -82,7 +85,7 @@ def run_list(args) -> int:
     from repogym.envs.tasks.suites import load_suite
 
     ensure_suites([args.suite])
-    tasks = load_suite(args.suite)
+    tasks = load_suite(args.suite, skip_no_f2p=args.skip_no_f2p)
     if args.json:
         print(json.dumps([t.to_dict() for t in tasks], indent=1))
         return 0
