@@ -1,45 +1,62 @@
 """repogym over Meta's OpenEnv (``openenv-core`` 0.3.0): an ``Environment`` adapter, its client, and the app.
 
-OpenEnv 0.3.0 keeps an episode in a WebSocket session: its ``HTTPEnvServer`` (built by
-``create_fastapi_app``) gives each connection to ``/ws`` its own environment from a factory, runs that
-environment's calls on a thread of its own, caps the number of sessions (``ConcurrencyConfig``), reaps idle
-ones and closes a session's environment when the connection ends. This module supplies what is
-repogym's: :class:`RepoGymEnvironment` (one :class:`repogym.envs.repo_env.RepoTaskEnv`, hence one sandbox,
-per session), its types :class:`RepoAction`, :class:`RepoObservation`, :class:`RepoState`, and
-:class:`RepoGymClient`, an OpenEnv ``EnvClient`` for them. :func:`build_app` adds the least on top of
-OpenEnv's app, as one ASGI middleware and one shutdown hook:
+OpenEnv 0.3.0 keeps an episode in a WebSocket session: its ``HTTPEnvServer`` gives each connection to ``/ws``
+its own environment from a factory, runs that environment's calls on a thread of its own, caps the number of
+sessions (``ConcurrencyConfig``), reaps idle ones and closes a session's environment when the connection ends.
+This module supplies what is repogym's: :class:`RepoGymEnvironment` (one
+:class:`repogym.envs.repo_env.RepoTaskEnv`, hence one sandbox, per session), its types :class:`RepoAction`,
+:class:`RepoObservation`, :class:`RepoState`, and :class:`RepoGymClient`, an OpenEnv ``EnvClient`` for them.
+:func:`build_app` registers OpenEnv's routes on a FastAPI app (as ``create_fastapi_app`` does, keeping the
+``HTTPEnvServer`` to read its session count) and adds one ASGI middleware and one shutdown hook. The middleware
+decides who comes in, in this order, each refusal an HTTP status with a JSON ``detail`` message:
 
-- past ``max_sessions``, a new ``/ws`` connection is refused at the handshake with HTTP 503 and a message
-  (OpenEnv itself would accept the socket and answer its first message with a ``CAPACITY_REACHED`` error; that
-  in-band check stays, for two handshakes that race);
-- the stateless HTTP ``/reset``, ``/step`` and ``/state`` get HTTP 400 with a message pointing at ``/ws``:
-  OpenEnv serves each with a fresh environment closed after the request, so nothing carries from one to the
-  next, and each reset would build a sandbox outside the session cap;
-- on shutdown every environment still open is closed (uvicorn first closes the sockets, which closes their
-  sessions; the hook catches what a cut-short shutdown leaves).
+- a request or handshake with a foreign ``Origin`` header gets 403: a web page in the operator's browser must
+  not drive sandboxes. Admitted: no ``Origin`` (not a browser), the server's own origin (its host, or
+  ``localhost`` / ``127.0.0.1`` / ``[::1]``, on its port), and the ``allow_origins`` of the config;
+- with a ``token`` set, a request or handshake without it gets 401 (``/health`` excepted, for probes). The token
+  comes as ``Authorization: Bearer <token>`` or, for clients that cannot set headers, ``?token=<token>``, which
+  is cut from the query string before the log or OpenEnv sees it;
+- ``/mcp`` (HTTP and WebSocket) gets 400 with a message pointing at ``/ws``: a repogym environment has no MCP
+  tools, and OpenEnv's ``openenv/session/create`` there would open sessions nobody closes before the reaper;
+- the stateless HTTP ``/reset``, ``/step`` and ``/state`` get 400 with a message pointing at ``/ws``: OpenEnv
+  serves each with a fresh environment closed after the request, so nothing carries from one to the next, and
+  each reset would build a sandbox outside the session cap;
+- past ``max_sessions`` (OpenEnv's own count of sessions, the one its ``_create_session`` checks), a new
+  ``/ws`` handshake gets 503 (OpenEnv itself would accept the socket and answer its first message with a
+  ``CAPACITY_REACHED`` error; that in-band check stays, for two handshakes that race).
 
-Guaranteed: sessions never share a sandbox; an action is the tool call a ``RepoTaskEnv`` takes (text or
-``{"name", "arguments"}``) and a bad one is the env's ``error (<kind>): ...`` observation; a message the
-server cannot read is an error reply on the same socket (``INVALID_JSON``, ``VALIDATION_ERROR``), and the
-session goes on. Not guaranteed: reaping is OpenEnv's: a session idle past ``idle_timeout_s`` is closed at
-the reaper's next pass (it wakes every ``max(idle_timeout_s / 4, 5)`` s), and a step still running counts
-as idle, so keep the timeout above the longest step (``run_tests``, grading). A reaped session's socket
-stays open and answers ``error (session_closed)``; ``timeout_s`` of a step request is ignored (the env's own
-command timeouts apply). openenv-core is imported lazily: without it, importing this module works and
-using it raises a :class:`repogym.envs.errors.ConfigError` naming ``pip install "repogym[integrations]"``.
+On shutdown every environment still open is closed (uvicorn first closes the sockets, which closes their
+sessions; the hook catches what a cut-short shutdown leaves).
+
+Guaranteed: ``/ws`` is the only route that opens a session, so ``max_sessions`` bounds the sandboxes; sessions
+never share a sandbox; an action is the tool call a ``RepoTaskEnv`` takes (text or ``{"name", "arguments"}``)
+and a bad one is the env's ``error (<kind>): ...`` observation; a message the server cannot read is an error
+reply on the same socket (``INVALID_JSON``, ``VALIDATION_ERROR``), and the session goes on; a refusal leaves
+the server serving. Not guaranteed: the token is a shared secret sent in clear over ``http://`` (put TLS in
+front of a server others can reach); the ``Host`` header is not checked (the routes a browser can reach without
+an ``Origin`` header, same-origin GETs, only read the schema and metadata); reaping is OpenEnv's: a session
+idle past ``idle_timeout_s`` is closed at the reaper's next pass (it wakes every ``max(idle_timeout_s / 4, 5)``
+s), and a step still running counts as idle, so keep the timeout above the longest step (``run_tests``,
+grading). A reaped session's socket stays open and answers ``error (session_closed)``; ``timeout_s`` of a step
+request is ignored (the env's own command timeouts apply). openenv-core is imported lazily: without it,
+importing this module works and using it raises a :class:`repogym.envs.errors.ConfigError` naming
+``pip install "repogym[integrations]"``.
 """
 
 from __future__ import annotations
 
 import functools
+import hmac
 import json
 import logging
 import math
+import os
 import threading
 import uuid
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from repogym.envs.errors import ConfigError
 from repogym.envs.repo_env import EnvConfig
@@ -47,6 +64,11 @@ from repogym.envs.repo_env import EnvConfig
 INSTALL_HINT = 'pip install "repogym[integrations]"'
 SESSION_PATH = "/ws"
 STATELESS_PATHS = ("/reset", "/step", "/state")
+MCP_PATH = "/mcp"
+OPEN_PATHS = ("/health",)  # served without the token: liveness probes cannot carry one, and it tells nothing
+TOKEN_ENV = "REPOGYM_SERVE_TOKEN"  # read by `repogym serve` and by RepoGymClient
+TOKEN_QUERY = "token"  # the query parameter for clients that cannot set an Authorization header
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 SHUTDOWN_GRACE_S = 10.0  # seconds uvicorn waits for open sockets before cutting them (then the hook closes envs)
 _TYPES = ("RepoAction", "RepoObservation", "RepoState", "RepoGymEnvironment", "RepoGymClient")
 log = logging.getLogger(__name__)
@@ -66,6 +88,12 @@ class OpenEnvServerConfig:
     """Seconds without a reset or step after which a session is closed (``None``: never)."""
     env: EnvConfig = field(default_factory=EnvConfig)
     """The settings of every session's :class:`repogym.envs.repo_env.RepoTaskEnv` (turns, reward, limits)."""
+    token: str | None = None
+    """A shared secret every request and handshake must carry (``Authorization: Bearer <token>`` or
+    ``?token=<token>``), ``/health`` excepted; ``None``: none is asked for."""
+    allow_origins: tuple[str, ...] = ()
+    """Browser origins (``scheme://host[:port]``) admitted besides the server's own; any other ``Origin`` is
+    refused with HTTP 403."""
 
     def __post_init__(self):
         if not isinstance(self.max_sessions, int) or self.max_sessions < 1:
@@ -74,6 +102,28 @@ class OpenEnvServerConfig:
             raise ConfigError(f"idle_timeout_s must be > 0 or None, got {self.idle_timeout_s!r}")
         if self.sandbox not in (None, "local", "docker"):
             raise ConfigError(f"sandbox must be 'local', 'docker' or None, got {self.sandbox!r}")
+        if self.token is not None and (not isinstance(self.token, str) or not self.token.strip()):
+            raise ConfigError(f"token must be a non-empty string or None, got {self.token!r}")
+        if isinstance(self.allow_origins, str):  # a lone string would be read as its characters
+            raise ConfigError(f"allow_origins must be a list of origins, got the string {self.allow_origins!r}")
+        self.allow_origins = tuple(self.allow_origins)
+        for origin in self.allow_origins:
+            if _origin_key(origin) is None:
+                raise ConfigError(f"allow_origins: expected an origin like https://host or http://host:port, "
+                                  f"got {origin!r}")
+
+
+def _origin_key(origin: str) -> tuple[str, str, int] | None:
+    """``(scheme, host, port)`` of an http(s) origin ``scheme://host[:port]``; None when ``origin`` is not one."""
+    try:
+        parts = urlsplit(origin.strip())
+        port = parts.port
+    except (ValueError, AttributeError):
+        return None
+    if (parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") or parts.query
+            or parts.fragment or parts.username is not None):
+        return None
+    return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80)
 
 
 def _require_openenv() -> None:
@@ -106,7 +156,8 @@ def _json_safe(value: Any) -> Any:
 
 
 class _SessionBook:
-    """The environments a server has open (thread-safe): the handshake's capacity check and shutdown's list."""
+    """The environments a server has open (thread-safe): what shutdown closes. Not the session count: OpenEnv
+    also builds a short-lived environment per ``/metadata`` request, and the gate counts OpenEnv's sessions."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -281,7 +332,28 @@ def _types() -> SimpleNamespace:
     class RepoGymClient(EnvClient[RepoAction, RepoObservation, RepoState]):
         """OpenEnv's WebSocket client for a ``repogym serve`` server. ``step`` takes a :class:`RepoAction`, a
         dict (a tool call) or text; ``reset`` takes ``task_id``, ``seed``, ``episode_id``. Use ``.sync()`` for
-        a blocking client; raise ``message_timeout_s`` (60 s) for steps that run longer."""
+        a blocking client; raise ``message_timeout_s`` (60 s) for steps that run longer. ``token`` (default:
+        ``$REPOGYM_SERVE_TOKEN``) is sent as ``Authorization: Bearer`` to a server that asks for one."""
+
+        def __init__(self, base_url: str, *args: Any, token: str | None = None, **kwargs: Any):
+            super().__init__(base_url, *args, **kwargs)
+            self._token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
+
+        async def connect(self) -> RepoGymClient:
+            """Open the session's WebSocket, with the token when there is one."""
+            if self._ws is not None or not self._token:
+                return await super().connect()
+            # OpenEnv's connect cannot send a header, and a token in the URL would show in its error messages.
+            # This is its connect plus the header; a local server is reached without a proxy, as there.
+            from websockets.asyncio.client import connect as ws_connect
+            local = urlsplit(self._ws_url).hostname in LOOPBACK_HOSTS
+            try:
+                self._ws = await ws_connect(self._ws_url, open_timeout=self._connect_timeout,
+                                            max_size=self._max_message_size, proxy=None if local else True,
+                                            additional_headers={"Authorization": f"Bearer {self._token}"})
+            except Exception as exc:
+                raise ConnectionError(f"Failed to connect to {self._ws_url}: {exc}") from exc
+            return self
 
         def _step_payload(self, action: RepoAction | dict | str) -> dict[str, Any]:
             if isinstance(action, str):
@@ -303,32 +375,23 @@ def _types() -> SimpleNamespace:
 
 
 class _Gate:
-    """ASGI middleware: refuse a session past capacity at the handshake (HTTP 503), and the stateless
-    episode routes (HTTP 400), each with a message; everything else goes to OpenEnv's app."""
+    """ASGI middleware in front of OpenEnv's app: refuse a foreign ``Origin`` (403), a missing token (401),
+    ``/mcp`` and the stateless episode routes (400), and a ``/ws`` handshake past capacity (503), each with a
+    message; everything else goes to OpenEnv's app."""
 
-    def __init__(self, app: Any, book: _SessionBook, max_sessions: int):
-        self.app, self.book, self.max_sessions = app, book, max_sessions
+    def __init__(self, app: Any, server: Any, token: str | None, allow_origins: tuple[str, ...]):
+        self.app, self.server, self.token = app, server, token
+        self.allowed = {_origin_key(origin) for origin in allow_origins}
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        from starlette.responses import JSONResponse
-        from starlette.websockets import WebSocket, WebSocketDisconnect
+        from starlette.websockets import WebSocketDisconnect
 
-        path = scope.get("path", "")
-        if scope["type"] == "websocket" and path == SESSION_PATH and len(self.book) >= self.max_sessions:
-            message = (f"the server is at capacity: {len(self.book)} of {self.max_sessions} sessions are open; "
-                       "retry when one closes (a session closes when its client disconnects or it idles out)")
-            socket = WebSocket(scope, receive, send)
-            if "websocket.http.response" in (scope.get("extensions") or {}):
-                await socket.send_denial_response(JSONResponse({"detail": message}, status_code=503,
-                                                               headers={"Retry-After": "5"}))
-            else:  # a server without the denial extension: close before accepting (the client sees HTTP 403)
-                await socket.close(code=1013, reason=message[:120])
+        if scope["type"] not in ("http", "websocket"):  # lifespan: startup and shutdown
+            await self.app(scope, receive, send)
             return
-        if scope["type"] == "http" and path in STATELESS_PATHS:
-            message = (f"HTTP {path} is stateless in OpenEnv (a fresh environment per request, nothing kept for "
-                       f"the next); a repogym episode lives in a sandbox, so open a WebSocket session at "
-                       f"{SESSION_PATH} (openenv's EnvClient: repogym.integrations.openenv.RepoGymClient)")
-            await JSONResponse({"detail": message}, status_code=400)(scope, receive, send)
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            await _refuse(scope, receive, send, *refusal)
             return
         if scope["type"] != "websocket":
             await self.app(scope, receive, send)
@@ -341,14 +404,93 @@ class _Gate:
             # up before that close, so this is the client's goodbye, not a server error worth a traceback.
             pass
 
+    def _refusal(self, scope: dict) -> tuple[int, str, dict[str, str]] | None:
+        """``(status, message, headers)`` to refuse ``scope`` with, or None to let it through."""
+        from starlette.datastructures import Headers
+
+        headers = Headers(scope=scope)
+        given = _take_query_token(scope)  # first, so that even a refused request's token is cut from the log
+        path = scope.get("path", "")
+        origin = headers.get("origin")
+        if origin is not None and not self._origin_allowed(origin, scope):
+            return 403, (f"Origin {origin!r} is not allowed: this server admits requests without an Origin header "
+                         "(non-browser clients) and from its own origin (http://localhost:PORT, "
+                         "http://127.0.0.1:PORT); start it with --allow-origin to admit another"), {}
+        if self.token is not None and path not in OPEN_PATHS:
+            scheme, _, credentials = headers.get("authorization", "").partition(" ")
+            if scheme.lower() == "bearer" and credentials.strip():
+                given = credentials.strip()
+            if given is None or not hmac.compare_digest(given.encode(), self.token.encode()):
+                return 401, (f"{'a wrong' if given else 'no'} token: this server needs its token, sent as "
+                             f"'Authorization: Bearer <token>' or as ?{TOKEN_QUERY}=<token> (RepoGymClient sends "
+                             f"token=... or ${TOKEN_ENV})"), {"WWW-Authenticate": 'Bearer realm="repogym serve"'}
+        if path == MCP_PATH:
+            return 400, ("repogym serves no MCP: its tools are the actions of a WebSocket session at "
+                         f"{SESSION_PATH} (openenv's EnvClient: repogym.integrations.openenv.RepoGymClient)"), {}
+        if scope["type"] == "http" and path in STATELESS_PATHS:
+            return 400, (f"HTTP {path} is stateless in OpenEnv (a fresh environment per request, nothing kept for "
+                         f"the next); a repogym episode lives in a sandbox, so open a WebSocket session at "
+                         f"{SESSION_PATH} (openenv's EnvClient: repogym.integrations.openenv.RepoGymClient)"), {}
+        if scope["type"] == "websocket" and path == SESSION_PATH:
+            open_now, cap = self.server.active_sessions, self.server.max_concurrent_envs
+            if open_now >= cap:
+                return 503, (f"the server is at capacity: {open_now} of {cap} sessions are open; retry when one "
+                             "closes (a session closes when its client disconnects or it idles out)"), {
+                    "Retry-After": "5"}
+        return None
+
+    def _origin_allowed(self, origin: str, scope: dict) -> bool:
+        key = _origin_key(origin)
+        if key is None:  # "null" (a sandboxed frame, a file), or not an origin at all
+            return False
+        if key in self.allowed:
+            return True
+        # The server's own origin: a page it served (its /docs). Its host as the client reached it, or a loopback
+        # name, on its port; another port on this machine is another site, and a foreign name on this port is
+        # DNS rebinding.
+        server = scope.get("server")
+        if not server or key[2] != server[1]:
+            return False
+        return key[1] in LOOPBACK_HOSTS or key[1] == str(server[0]).lower()
+
+
+def _take_query_token(scope: dict) -> str | None:
+    """The ``?token=`` of ``scope``, cut from its query string (in place: uvicorn logs from this scope)."""
+    raw = scope.get("query_string") or b""
+    if TOKEN_QUERY.encode() not in raw:
+        return None
+    pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
+    tokens = [value for name, value in pairs if name == TOKEN_QUERY]
+    if not tokens:
+        return None
+    scope["query_string"] = urlencode([(name, value) for name, value in pairs if name != TOKEN_QUERY]).encode()
+    return tokens[-1] or None
+
+
+async def _refuse(scope: dict, receive: Any, send: Any, status: int, message: str, headers: dict[str, str]) -> None:
+    """Answer ``scope`` with HTTP ``status`` and ``{"detail": message}`` (a WebSocket handshake too)."""
+    from starlette.responses import JSONResponse
+    from starlette.websockets import WebSocket
+
+    response = JSONResponse({"detail": message}, status_code=status, headers=headers)
+    if scope["type"] == "http":
+        await response(scope, receive, send)
+        return
+    socket = WebSocket(scope, receive, send)
+    if "websocket.http.response" in (scope.get("extensions") or {}):
+        await socket.send_denial_response(response)
+    else:  # a server without the denial extension: close before accepting (the client sees HTTP 403)
+        await socket.close(code=1013 if status == 503 else 1008, reason=message[:120])
+
 
 def build_app(config: OpenEnvServerConfig | None = None) -> Any:
-    """The FastAPI app of ``repogym serve``: OpenEnv's ``create_fastapi_app`` over :class:`RepoGymEnvironment`,
-    plus the capacity gate and the shutdown hook. The suite is read and the sandbox backend checked here,
-    so a bad ``--suite`` or a missing backend fails at start, not at the first session."""
+    """The FastAPI app of ``repogym serve``: OpenEnv's routes over :class:`RepoGymEnvironment`, plus the gate
+    (origin, token, routes, capacity) and the shutdown hook. The suite is read and the sandbox backend checked
+    here, so a bad ``--suite`` or a missing backend fails at start, not at the first session."""
     config = config or OpenEnvServerConfig()
     types = _types()
-    from openenv.core.env_server import ConcurrencyConfig, create_fastapi_app
+    from fastapi import FastAPI
+    from openenv.core.env_server import ConcurrencyConfig, HTTPEnvServer
 
     from repogym.envs.sandbox import backend_unavailable
     from repogym.envs.tasks.suites import load_suite
@@ -360,9 +502,13 @@ def build_app(config: OpenEnvServerConfig | None = None) -> Any:
         raise ConfigError(f"the {config.sandbox} sandbox cannot run here: {why}")
     book = _SessionBook()
     factory = functools.partial(types.RepoGymEnvironment, config=config, tasks=tasks, book=book)
-    app = create_fastapi_app(factory, types.RepoAction, types.RepoObservation, concurrency_config=ConcurrencyConfig(
+    # What create_fastapi_app does, keeping the HTTPEnvServer: the gate reads its session count.
+    server = HTTPEnvServer(factory, types.RepoAction, types.RepoObservation, concurrency_config=ConcurrencyConfig(
         max_concurrent_envs=config.max_sessions, session_timeout=config.idle_timeout_s))
-    app.add_middleware(_Gate, book=book, max_sessions=config.max_sessions)
+    app = FastAPI(title="repogym (OpenEnv server)", description="repogym environments over OpenEnv's protocol: one "
+                  f"WebSocket session at {SESSION_PATH} per episode stream; see docs/integrations/openenv.md.")
+    server.register_routes(app)
+    app.add_middleware(_Gate, server=server, token=config.token, allow_origins=config.allow_origins)
 
     async def close_open_sessions() -> None:
         left = book.live()

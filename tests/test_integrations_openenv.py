@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -24,12 +25,16 @@ pytest.importorskip("openenv.core.env_server")
 uvicorn = pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
+from websockets.exceptions import InvalidStatus  # noqa: E402
 from websockets.sync.client import connect as ws_connect  # noqa: E402
 
 from repogym.integrations import openenv as adapter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "repogym__tablekit-center-odd-padding"
+TOKEN = "s3cret-serve-token"
+HANDSHAKE = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+             "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
 
 
 class Server:
@@ -51,8 +56,12 @@ class Server:
     def sessions(self) -> list:
         return self.app.state.repogym_sessions.live()
 
-    def client(self):
-        return adapter.RepoGymClient(base_url=self.url).sync()
+    @property
+    def ws_url(self) -> str:
+        return self.url.replace("http://", "ws://") + "/ws"
+
+    def client(self, **kwargs):
+        return adapter.RepoGymClient(base_url=self.url, **kwargs).sync()
 
     def stop(self) -> None:
         self.server.should_exit = True
@@ -72,6 +81,23 @@ def server():
     running = Server(max_sessions=2)
     yield running
     running.stop()
+
+
+def rpc(method: str, params: dict | None = None) -> dict:
+    return {"jsonrpc": "2.0", "method": method, "params": params or {}, "id": 1}
+
+
+def refused(url: str, **kwargs) -> tuple[int, str]:
+    """The status and body a WebSocket handshake is refused with (fails if it is admitted)."""
+    with pytest.raises(InvalidStatus) as refusal:
+        ws_connect(url, open_timeout=30, **kwargs).close()
+    return refusal.value.response.status_code, refusal.value.response.body.decode()
+
+
+def a_session_answers(url: str, **kwargs) -> None:
+    with ws_connect(url, open_timeout=30, **kwargs) as socket:
+        socket.send(json.dumps({"type": "state"}))
+        assert json.loads(socket.recv(timeout=60))["type"] == "state"
 
 
 def oracle_calls(task_id: str) -> list[dict]:
@@ -185,6 +211,79 @@ def test_malformed_requests_get_4xx_or_an_error_reply_and_the_server_goes_on(ser
     assert httpx.get(server.url + "/health").json()["status"] == "healthy"
 
 
+def test_http_mcp_cannot_take_the_sessions_of_websocket_clients(server):
+    # The attack: POST /mcp openenv/session/create opened sessions outside the /ws gate that only the idle reaper
+    # (600 s) closed, so two calls left every WebSocket client with a 503.
+    wait_for(lambda: not server.sessions, 30, "the earlier sessions to close")
+    answers = [httpx.post(server.url + "/mcp", json=rpc("openenv/session/create")) for _ in range(3)]
+    answers += [httpx.post(server.url + "/mcp", json=rpc(method)) for method in ("tools/list", "tools/call")]
+    mcp_socket = refused(server.url.replace("http://", "ws://") + "/mcp")
+    assert not server.sessions
+    with server.client() as one, server.client() as two:  # every slot is the WebSocket clients'
+        wait_for(lambda: len(server.sessions) == 2, 30, "two sessions")
+        with pytest.raises(ConnectionError, match="503"):  # one past the cap: refused, honestly
+            server.client().connect()
+        response = httpx.get(server.url + "/ws", headers=HANDSHAKE)
+        assert response.status_code == 503 and "2 of 2 sessions" in response.json()["detail"]
+        assert one.state().done and two.state().done  # the admitted sessions work
+    for answer in answers:
+        assert answer.status_code == 400 and "/ws" in answer.json()["detail"], answer.text
+    assert mcp_socket[0] == 400 and "/ws" in mcp_socket[1]
+
+
+def test_a_foreign_origin_is_refused_and_the_servers_own_admitted(server):
+    port = urlsplit(server.url).port
+    wait_for(lambda: not server.sessions, 30, "the earlier sessions to close")
+    # A web page elsewhere; one whose name was rebound to 127.0.0.1 (same port, foreign host); another local port;
+    # a sandboxed frame or file page ("null").
+    for origin in ("https://evil.example", f"http://evil.example:{port}", f"http://localhost:{port + 1}", "null"):
+        status, body = refused(server.ws_url, origin=origin)
+        assert status == 403 and "origin" in body.lower(), (origin, status, body)
+        for method, path in (("POST", "/mcp"), ("POST", "/reset"), ("GET", "/schema"), ("GET", "/health")):
+            response = httpx.request(method, server.url + path, headers={"Origin": origin}, json=rpc("tools/list"))
+            assert response.status_code == 403 and origin in response.json()["detail"], (origin, path, response.text)
+    assert not server.sessions
+    for origin in (None, f"http://localhost:{port}", f"http://127.0.0.1:{port}"):  # no Origin: not a browser
+        a_session_answers(server.ws_url, origin=origin)
+        assert httpx.get(server.url + "/schema", headers={"Origin": origin} if origin else {}).status_code == 200
+
+
+def test_a_token_is_required_when_set_and_accepted_when_given(monkeypatch):
+    monkeypatch.delenv(adapter.TOKEN_ENV, raising=False)
+    running = Server(max_sessions=4, token=TOKEN, allow_origins=["https://trainer.example"])
+    try:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN},
+                        {"Authorization": f"Basic {TOKEN}"}):
+            response = httpx.get(running.url + "/schema", headers=headers)
+            assert response.status_code == 401 and "token" in response.json()["detail"], (headers, response.text)
+            assert response.headers["WWW-Authenticate"].startswith("Bearer")
+            status, body = refused(running.ws_url, additional_headers=headers)
+            assert status == 401 and adapter.TOKEN_ENV in body
+        assert refused(running.ws_url + "?token=wrong")[0] == 401
+        assert httpx.post(running.url + "/mcp", json=rpc("openenv/session/create")).status_code == 401
+        with pytest.raises(ConnectionError, match="401"):  # OpenEnv's client without the token
+            running.client().connect()
+        assert httpx.get(running.url + "/health").json()["status"] == "healthy"  # probes carry no token
+        assert not running.sessions
+
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        assert httpx.get(running.url + "/schema", headers=bearer).status_code == 200
+        assert httpx.get(running.url + "/schema", params={"token": TOKEN}).status_code == 200
+        a_session_answers(running.ws_url, additional_headers=bearer)
+        a_session_answers(running.ws_url + f"?token={TOKEN}")  # for clients that cannot set headers
+        a_session_answers(running.ws_url + f"?token={TOKEN}", origin="https://trainer.example")  # --allow-origin
+        assert refused(running.ws_url + f"?token={TOKEN}", origin="https://evil.example")[0] == 403
+        with running.client(token=TOKEN) as env:
+            env.reset(task_id=TASK)
+            obs = env.step({"name": "bash", "arguments": {"command": "echo admitted"}}).observation
+            assert obs.exit_code == 0 and "admitted" in obs.text
+        monkeypatch.setenv(adapter.TOKEN_ENV, TOKEN)  # the client reads the same variable as the server
+        with running.client() as env:
+            assert env.state().done
+    finally:
+        running.stop()
+
+
 def test_capacity_idle_reaping_and_shutdown():
     running = Server(max_sessions=1, idle_timeout_s=1.0)
     try:
@@ -195,9 +294,7 @@ def test_capacity_idle_reaping_and_shutdown():
         sandbox = env.env._sandbox._proc
         with pytest.raises(ConnectionError, match="503"):  # refused at the handshake, not a hang
             running.client().connect()
-        response = httpx.get(running.url + "/ws", headers={"Connection": "Upgrade", "Upgrade": "websocket",
-                                                           "Sec-WebSocket-Version": "13",
-                                                           "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+        response = httpx.get(running.url + "/ws", headers=HANDSHAKE)
         assert response.status_code == 503 and "capacity" in response.json()["detail"]
 
         wait_for(lambda: not running.sessions, 20, "the idle session to be reaped")  # reaper wakes every 5 s
@@ -220,7 +317,9 @@ def test_capacity_idle_reaping_and_shutdown():
 
 
 def test_build_app_checks_its_arguments():
-    for bad in ({"max_sessions": 0}, {"idle_timeout_s": -1}, {"sandbox": "vm"}):
+    for bad in ({"max_sessions": 0}, {"idle_timeout_s": -1}, {"sandbox": "vm"}, {"token": ""},
+                {"allow_origins": ["evil.example"]}, {"allow_origins": ["https://ui.example/app"]},
+                {"allow_origins": "https://ui.example"}):
         with pytest.raises(ConfigError):
             adapter.OpenEnvServerConfig(**bad)
     with pytest.raises(ConfigError, match="suite"):
@@ -230,18 +329,21 @@ def test_build_app_checks_its_arguments():
 def test_the_serve_command_line(capsys):
     parser = build_parser()
     args = parser.parse_args(["serve"])
-    assert (args.host, args.port, args.suite, args.sandbox, args.max_sessions, args.idle_timeout_s) == (
-        "127.0.0.1", 8000, "builtin", None, 4, 600.0)
+    assert (args.host, args.port, args.suite, args.sandbox, args.max_sessions, args.idle_timeout_s, args.token,
+            args.allow_origin) == ("127.0.0.1", 8000, "builtin", None, 4, 600.0, None, [])
     args = parser.parse_args(["serve", "--host", "0.0.0.0", "--port", "9001", "--suite", "s", "--sandbox", "local",
                               "--max-sessions", "3", "--idle-timeout-s", "30", "--max-turns", "5",
-                              "--reward", "process"])
+                              "--reward", "process", "--token", "t", "--allow-origin", "https://a.example",
+                              "--allow-origin", "http://b.example:81"])
     assert (args.host, args.port, args.suite, args.sandbox, args.max_sessions, args.idle_timeout_s,
-            args.max_turns, args.reward) == ("0.0.0.0", 9001, "s", "local", 3, 30.0, 5, "process")
+            args.max_turns, args.reward, args.token, args.allow_origin) == (
+        "0.0.0.0", 9001, "s", "local", 3, 30.0, 5, "process", "t", ["https://a.example", "http://b.example:81"])
     with pytest.raises(SystemExit) as exit_:
         parser.parse_args(["serve", "--help"])
     assert exit_.value.code == 0
     text = capsys.readouterr().out
-    for option in ("--host", "--port", "--suite", "--sandbox", "--max-sessions", "--idle-timeout-s"):
+    for option in ("--host", "--port", "--suite", "--sandbox", "--max-sessions", "--idle-timeout-s", "--token",
+                   "--allow-origin", "REPOGYM_SERVE_TOKEN", "Origin"):
         assert option in text
     with pytest.raises(SystemExit):
         parser.parse_args(["serve", "--sandbox", "vm"])
@@ -250,8 +352,8 @@ def test_the_serve_command_line(capsys):
 def test_repogym_serve_runs_an_episode_and_stops_on_ctrl_c():
     require_backend("local")
     proc = subprocess.Popen([sys.executable, "-m", "repogym.cli", "serve", "--port", "0", "--sandbox", "local",
-                             "--max-sessions", "1", "--reward", "process"],
-                            cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                             "--max-sessions", "1", "--reward", "process"], cwd=ROOT, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", adapter.TOKEN_ENV: TOKEN})
     try:
         lines = []
         while not (match := re.search(r"running on (http://\S+)", lines[-1] if lines else "")):
@@ -259,14 +361,19 @@ def test_repogym_serve_runs_an_episode_and_stops_on_ctrl_c():
             assert line, "repogym serve exited early:\n" + "".join(lines)
             lines.append(line)
         url = match.group(1)
-        with adapter.RepoGymClient(base_url=url).sync() as env:
+        banner = "".join(lines)
+        assert "token" in banner and "Authorization: Bearer" in banner and TOKEN not in banner  # how, not what
+        assert httpx.get(url + "/schema").status_code == 401
+        with adapter.RepoGymClient(base_url=url, token=TOKEN).sync() as env:
             env.reset(task_id=TASK)
             result = env.step({"name": "submit", "arguments": {}})
             components = result.observation.reward_components
             assert result.done and set(components) == {"tests", "dependents_checked", "format"} and components["tests"] == 0.0
+        a_session_answers(url.replace("http://", "ws://") + f"/ws?token={TOKEN}")
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0
-        assert "Traceback" not in proc.stderr.read()
+        log = proc.stderr.read()
+        assert "Traceback" not in log and "WebSocket /ws" in log and TOKEN not in log  # cut from the access log
     finally:
         if proc.poll() is None:
             proc.kill()
