@@ -25,7 +25,8 @@ from typing import Any
 import gymnasium as gym
 
 from repogym.envs.actions import FORMAT_HINT, parse_action
-from repogym.envs.errors import ConfigError, ForkRefused, InfraError, SandboxError, SandboxKilledByAgent
+from repogym.envs.errors import (
+    ConfigError, ForkRefused, InfraError, SandboxError, SandboxKilledByAgent, SandboxRefused)
 from repogym.envs.rewards import EvalRecord, grade
 from repogym.envs.rewards.components import EpisodeFacts, RewardConfig, compute_reward
 from repogym.envs.rewards.facts import analyze_sandbox, ran_tests_since_last_edit, tests_since_last_edit
@@ -288,6 +289,9 @@ class RepoTaskEnv(gym.Env):
             _, reward = self._finish("the sandbox was killed from inside", info, record=record)
             obs, info["error"], terminated = (f"error (sandbox_killed): {exc.message}. Nothing of this episode can "
                                               "be graded; the episode ends with no reward."), "sandbox_killed", True
+        except (SandboxRefused, SandboxRequestError) as exc:
+            # The agent's sandbox refused the harness (a full /repo, a locked .git or /tmp): its doing, an observation.
+            obs, info["error"] = f"error (sandbox_refused): {getattr(exc, 'message', exc)}", "sandbox_refused"
         except InfraError as exc:
             obs = f"[infrastructure error in {exc.where}: {exc.message}; the episode ends]"
             info["infra_error"] = {"where": exc.where, "message": exc.message}

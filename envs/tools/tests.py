@@ -5,12 +5,14 @@ ids and files; django takes test files (``tests/foo/test_bar.py``, turned into t
 ids ``tests/foo/test_bar.py::Case::test_x`` or labels; sympy takes test files (a ``::name`` part is dropped).
 
 Every run that finishes is recorded on the episode's state (a :class:`repogym.envs.episode_state.TestRunRecord`),
-which ``inspect_diff`` and the reward facts read; a run that timed out is not recorded.
+which ``inspect_diff`` and the reward facts read; a run that timed out is not recorded. A run the agent's sandbox
+refused to stage (every place it may write full or read-only) is an ``error (sandbox_refused)`` observation.
 """
 
 from __future__ import annotations
 
 from repogym.envs.episode_state import TestRunRecord
+from repogym.envs.errors import SandboxRefused
 from repogym.envs.sandbox.testrun import TestRunTimeout, run_tests, runner_name
 from repogym.envs.tools.base import Tool, ToolContext, ToolError, ToolResult, repo_path
 
@@ -27,6 +29,8 @@ def run_run_tests(ctx: ToolContext, args: dict) -> ToolResult:
                                   runner=runner_name(ctx.task.setup))
     except TestRunTimeout as exc:  # the agent's tests hung: its mistake, an observation (never infra_error)
         return ToolResult(f"[{exc.message}; every process of the run was killed]", exit_code=1, error="timeout")
+    except SandboxRefused as exc:  # the agent filled or locked where runs are staged: its doing, never infra_error
+        raise ToolError("sandbox_refused", f"run_tests: {exc.message}") from None
     counts: dict[str, int] = {}
     for outcome in outcomes.values():
         counts[outcome] = counts.get(outcome, 0) + 1
