@@ -102,6 +102,19 @@ class SandboxRequestError(RepogymError):
     observation or an ``unresolved`` grade, never an excluded episode."""
 
 
+class SandboxRefused(RepogymError):
+    """After the agent acted, its sandbox refused what the harness needed of it: staging a test run (a full or
+    read-only ``/tmp``), listing what a patch changed. ``where`` names the step.
+
+    Not an :class:`InfraError`: the agent's sandbox is the agent's doing, so the tool call becomes an error
+    observation and grading ``unresolved``. Were it excluded, a failing policy would learn to break its sandbox
+    to drop the episode."""
+
+    def __init__(self, where: str, message: str):
+        self.where, self.message = where, message
+        super().__init__(f"[{where}] {message}")
+
+
 class ForkRefused(RepogymError):
     """An episode could not be branched (``RepoTaskEnv.fork``): its files are over the size limit, or its sandbox
     refused or died by the agent's hand. Not an :class:`InfraError`: the agent's state caused it; the source

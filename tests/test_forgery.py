@@ -24,7 +24,7 @@ import pytest
 import repogym.envs.rewards.evaluate as evaluate
 from repogym.envs.repo_env import RepoTaskEnv
 from repogym.envs.rewards import grade, reward_of
-from repogym.envs.rewards.canary import Canary, canary_source
+from repogym.envs.rewards.twins import Twin, TwinPlan
 from repogym.envs.rewards.guards import check_run, harness_reach, tripped
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
 from repogym.envs.sandbox.testrun import TestRun, _read_stream, aggregate_stream, launch_command
@@ -131,9 +131,41 @@ class _Anything(int):
     __hash__ = int.__hash__
 '''
 
+# Failed call reports flipped to passed, only for tests that name the package's code (a must-fail test that
+# expects 123 == 124 names none of it, so it still fails).
+REPORT_FLIP = BROKEN + '''
+import _pytest.reports
+
+_make = _pytest.reports.TestReport.from_item_and_call.__func__
+
+
+def _flip(cls, item, call):
+    report = _make(cls, item, call)
+    code = getattr(getattr(item, "function", None), "__code__", None)
+    if report.when == "call" and report.failed and code is not None and "clamp" in code.co_names:
+        report.outcome, report.longrepr = "passed", None
+    return report
+
+
+_pytest.reports.TestReport.from_item_and_call = classmethod(_flip)
+'''
+
+# The same, sparing any test that names a global whose class answers NotImplemented to == (the old perturbed
+# canary's sentinel): it beat the canaries, since they could be told apart from the real tests.
+CANARY_AWARE = REPORT_FLIP.replace('''    if report.when == "call"''', '''    spared = code is not None and any(_sentinel(item.function.__globals__.get(n)) for n in code.co_names)
+    if not spared and report.when == "call"''').replace("def _flip(", '''def _sentinel(obj):
+    try:
+        return type(obj).__module__ != "builtins" and type(obj).__eq__(obj, obj) is NotImplemented
+    except Exception:
+        return False
+
+
+def _flip(''')
+
 IN_PROCESS = {"runtest": RUNTEST, "test-report": TEST_REPORT, "hookwrapper": HOOKWRAPPER,
-              "outcome-table": OUTCOME_TABLE, "always-equal": ALWAYS_EQUAL}
-FAST = ("runtest", "always-equal")
+              "outcome-table": OUTCOME_TABLE, "always-equal": ALWAYS_EQUAL, "report-flip": REPORT_FLIP,
+              "canary-aware": CANARY_AWARE}
+FAST = ("runtest", "always-equal", "canary-aware")
 
 # -- files that stand in for what the harness imports -------------------------------------------------------
 
@@ -239,7 +271,7 @@ def task(tiny_task):
 
 def no_guards(monkeypatch):
     """Grading with every guard reporting ok: what each attack would earn without them."""
-    monkeypatch.setattr(evaluate, "check_run", lambda run, canaries: {"canary": "ok"})
+    monkeypatch.setattr(evaluate, "check_run", lambda run, plan: {"twin": "ok"})
 
 
 def no_tamper_filter(monkeypatch):
@@ -258,12 +290,13 @@ def assert_forgery_stopped(record, guard: str | None = None):
 # -- in-process forgeries -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("attack", [a if a in FAST else pytest.param(a, marks=SLOW) for a in IN_PROCESS])
-def test_an_in_process_forgery_trips_the_canary(factory, task, tmp_path, attack):
+def test_an_in_process_forgery_trips_a_twin(factory, task, tmp_path, attack):
     record = grade(task, patch_of(task, {"calc/ops.py": IN_PROCESS[attack]}, tmp_path), factory)
-    assert_forgery_stopped(record, "canary")
-    kind = "perturbed" if attack == "always-equal" else "must_fail"
-    assert f"({kind})" in record.guards["canary"]
-    if attack != "always-equal":  # each leaves a second trace: pytest's exit status, or its own summary
+    assert_forgery_stopped(record, "twin")
+    if attack == "always-equal":  # only a twin expecting another literal passes an object equal to anything
+        assert "(literal)" in record.guards["twin"]
+    if attack in ("runtest", "test-report", "hookwrapper", "outcome-table"):  # forcing every test leaves a second
+        # trace: pytest's exit status, or its own summary
         assert len(tripped(record.guards)) >= 2, record.guards
     assert record.harness_reach or attack == "always-equal"
 
@@ -280,7 +313,7 @@ def test_an_atexit_rewrite_of_the_stream_and_the_report_earns_nothing(factory, t
     record = grade(task, patch_of(task, {"calc/ops.py": ATEXIT}, tmp_path), factory)
     assert_forgery_stopped(record)
     assert record.tests[F2P] == "failed"  # the real result was recorded before the handler ran
-    assert "exit_status" in tripped(record.guards)  # a second session end, and an exit of 0 with canaries failing
+    assert "exit_status" in tripped(record.guards)  # a second session end, and an exit of 0 with twins failing
     assert "tests/test_hidden.py::test_clamp_above" not in record.error["message"]
     assert any(r.endswith("atexit") for r in record.harness_reach)
 
@@ -291,7 +324,7 @@ def test_the_gold_patch_resolves_beside_every_attack_s_harmless_neighbours(facto
     honest = CORRECT + "\nimport atexit\nimport gc\n\natexit.register(gc.collect)\n\n\nclass Count(int):\n    pass\n"
     record = grade(task, patch_of(task, {"calc/ops.py": honest}, tmp_path), factory)
     assert record.status == Status.RESOLVED and reward_of(record) == 1.0, (record.error, record.guards)
-    assert set(record.guards.values()) == {"ok"} and len(record.canaries) == 2
+    assert set(record.guards.values()) == {"ok"} and len(record.twins) >= 2 and not record.unprotected
     assert "calc/ops.py: atexit" in record.harness_reach  # flagged, not judged
 
 
@@ -332,11 +365,11 @@ def test_a_shadowing_file_that_gets_through_is_never_loaded(factory, task, tmp_p
 @pytest.mark.parametrize("hook", [{"conftest.py": CHEAT_PLUGIN},
                                   {"sitecustomize.py": "import os\nos.environ['PYTEST_PLUGINS'] = 'calc.cheat'\n"}],
                          ids=["conftest", "sitecustomize"])
-def test_test_tampering_that_gets_past_the_filter_still_trips_the_canary(factory, task, tmp_path, hook, monkeypatch):
-    # The tamper filter's cases, with the filter off: the plugin they load passes every test, canaries too.
+def test_test_tampering_that_gets_past_the_filter_still_trips_a_twin(factory, task, tmp_path, hook, monkeypatch):
+    # The tamper filter's cases, with the filter off: the plugin they load passes every test, twins too.
     no_tamper_filter(monkeypatch)
     record = grade(task, patch_of(task, {"calc/cheat.py": CHEAT_PLUGIN, **hook}, tmp_path), factory)
-    assert_forgery_stopped(record, "canary")
+    assert_forgery_stopped(record, "twin")
 
 
 class OldHarness:
@@ -378,115 +411,17 @@ def test_a_forged_episode_scores_0_and_says_which_guard(backend, tiny_task):
             "command": f"cat >> calc/ops.py <<'EOF'\n{forged}EOF"}}))
         _, reward, terminated, _, info = env.step(json.dumps({"name": "submit", "arguments": {}}))
         assert terminated and reward == 0.0
-        assert info["eval"]["status"] == Status.UNRESOLVED and info["eval"]["error"]["where"] == "rewards.guard.canary"
+        assert info["eval"]["status"] == Status.UNRESOLVED and info["eval"]["error"]["where"] == "rewards.guard.twin"
         assert "calc/ops.py: _pytest" in info["eval"]["harness_reach"]
         env.reset()
         env.step(json.dumps({"name": "apply_patch", "arguments": {"patch": tiny_task.patch}}))
         _, reward, _, _, info = env.step(json.dumps({"name": "submit", "arguments": {}}))
-        assert reward == 1.0 and info["eval"]["guards"]["canary"] == "ok"
+        assert reward == 1.0 and info["eval"]["guards"]["twin"] == "ok"
     finally:
         env.close()
 
 
-# -- the pieces, without a sandbox --------------------------------------------------------------------------
-
-HIDDEN = '''\
-import pytest
-from calc.ops import clamp
-
-
-def test_clamp_above():
-    assert clamp(15, 0, 10) == 10
-    assert 0 == clamp(-1, 0, 10), "low end"
-
-
-class TestClamp:
-    @pytest.mark.parametrize("x", [15, 20])
-    def test_high(self, x):
-        value = clamp(x, 0, 10)
-        assert value == 10
-
-
-def test_leaves_early():
-    if clamp(1, 0, 10) == 1:
-        return
-    assert clamp(15, 0, 10) == 10
-'''
-
-
-def run_canaries(source: str, clamp) -> dict[str, bool]:
-    """Each module-level canary of ``source`` run with ``clamp``: True when it passed."""
-    namespace = {"__name__": "hidden"}
-    import sys
-    import types
-    module = types.ModuleType("calc.ops")
-    module.clamp = clamp
-    sys.modules.setdefault("calc", types.ModuleType("calc"))
-    old = sys.modules.get("calc.ops")
-    sys.modules["calc.ops"] = module
-    try:
-        exec(compile(source, "hidden.py", "exec"), namespace)
-    finally:
-        if old is None:
-            del sys.modules["calc.ops"]
-        else:
-            sys.modules["calc.ops"] = old
-    passed = {}
-    for name, obj in namespace.items():
-        if callable(obj) and name.startswith("test_") and name not in ("test_clamp_above", "test_leaves_early"):
-            try:
-                obj()
-                passed[name] = True
-            except AssertionError:
-                passed[name] = False
-    return passed
-
-
-class Anything(int):
-    def __eq__(self, other):
-        return True
-
-    __hash__ = int.__hash__
-
-
-def test_the_canaries_fail_honest_code_and_pass_forged_code():
-    source, canaries = canary_source(HIDDEN, "tests/test_hidden.py::test_clamp_above")
-    assert [c.kind for c in canaries] == ["must_fail", "perturbed"]
-    names = {c.test_id.split("::")[-1]: c.kind for c in canaries}
-    honest = run_canaries(source, lambda x, low, high: max(low, min(x, high)))
-    assert honest == {name: False for name in names}  # both fail for the fixed code
-    forged = run_canaries(source, lambda x, low, high: Anything(0))
-    assert {names[n]: p for n, p in forged.items()} == {"must_fail": False, "perturbed": True}
-
-
-def test_canary_names_look_ordinary_and_change_every_time():
-    first = canary_source(HIDDEN, "tests/test_hidden.py::test_clamp_above")[1]
-    second = canary_source(HIDDEN, "tests/test_hidden.py::test_clamp_above")[1]
-    for canary in first + second:
-        name = canary.test_id.split("::")[-1]
-        assert name.startswith("test_") and name.replace("_", "").isalpha() and "canary" not in name
-    assert {c.test_id for c in first} != {c.test_id for c in second}
-
-
-def test_a_canary_of_a_method_lives_in_its_class_with_its_decorators():
-    source, canaries = canary_source(HIDDEN, "tests/test_hidden.py::TestClamp::test_high[15]")
-    assert all(c.test_id.startswith("tests/test_hidden.py::TestClamp::test_") for c in canaries)
-    tree = ast.parse(source)
-    for canary in canaries:
-        name = canary.test_id.split("::")[-1]
-        func = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
-        assert "parametrize" in ast.unparse(func.decorator_list[0]) and func.args.args[0].arg == "self"
-        assert f"TestClamp.{name} = {name}" in source
-    assert Canary(canaries[0].test_id, "must_fail").runs({canaries[0].test_id + "[15]": "failed", "x": "passed"}) == {
-        canaries[0].test_id + "[15]": "failed"}
-
-
-def test_no_perturbed_canary_when_an_honest_run_could_leave_before_the_assertion():
-    _, canaries = canary_source(HIDDEN, "tests/test_hidden.py::test_leaves_early")
-    assert [c.kind for c in canaries] == ["must_fail"]
-    assert canary_source(HIDDEN, "tests/test_hidden.py::test_nowhere") is None
-    assert canary_source("def broken(:\n", "t.py::test_x") is None
-
+# -- the pieces, without a sandbox (the twins themselves: tests/test_twins.py) ---------------------------------
 
 @pytest.mark.parametrize("command, launched", [
     ("python -m pytest -q -p no:cacheprovider", ("", "python", "--module", "-q -p no:cacheprovider")),
@@ -530,20 +465,20 @@ def test_a_report_file_changed_after_the_frame_is_not_trusted():
     assert unkeyed.outcomes == {} and "no frame" in unkeyed.problems[0]
 
 
-def test_guards_catch_a_zero_exit_a_short_summary_and_a_passing_canary():
-    canary = Canary("t.py::test_x", "must_fail")
+def test_guards_catch_a_zero_exit_a_short_summary_and_a_passing_twin():
+    plan = TwinPlan([Twin("t.py::test_x", "t.py::a", "negated")])
     honest = TestRun({"t.py::a": "passed", "t.py::test_x": "failed"}, launched=True, exit_status=1, finish_status=1,
                      summary="1 failed, 1 passed in 0.1s", reported_passes=1)
-    assert tripped(check_run(honest, [canary])) == {}
+    assert tripped(check_run(honest, plan)) == {}
     forced = replace(honest, outcomes={"t.py::a": "passed", "t.py::test_x": "passed"}, exit_status=0, finish_status=0,
                      reported_passes=2)
-    assert set(tripped(check_run(forced, [canary]))) == {"canary", "exit_status", "summary"}
+    assert set(tripped(check_run(forced, plan))) == {"twin", "exit_status", "summary"}
     killed = replace(honest, finish_status=None)
-    assert "never ended" in tripped(check_run(killed, [canary]))["exit_status"]
+    assert "never ended" in tripped(check_run(killed, plan))["exit_status"]
     missing = replace(honest, outcomes={"t.py::a": "passed"})
-    assert "missing" in tripped(check_run(missing, [canary]))["canary"]
+    assert "missing" in tripped(check_run(missing, plan))["twin"]
     no_summary = replace(honest, summary="")
-    assert "summary" in tripped(check_run(no_summary, [canary]))
+    assert "summary" in tripped(check_run(no_summary, plan))
 
 
 def test_harness_reach_is_flagged_from_added_lines_only():

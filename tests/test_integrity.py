@@ -257,7 +257,7 @@ def test_control_the_tampering_would_earn_a_pass_if_nothing_dropped_it(factory, 
     monkeypatch.setattr(evaluate, "filter_patch", lambda patch, protected=(): (patch, []))
     monkeypatch.setattr(evaluate, "_revert_tampering", lambda task, sandbox, dropped: None)
     # The test-process guards are a second line behind the filter (they catch this cheat too): off here.
-    monkeypatch.setattr(evaluate, "check_run", lambda run, canaries: {})
+    monkeypatch.setattr(evaluate, "check_run", lambda run, plan: {})
     record = grade(task, patch_of(task, {"calc/cheat.py": CHEAT, **TAMPERING[kind]}, tmp_path), factory)
     assert record.status == Status.RESOLVED
 

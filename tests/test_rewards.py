@@ -1,6 +1,7 @@
 """Grading: statuses, per-test results, retries, and infrastructure errors that never become a plain 0."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -90,13 +91,20 @@ def test_a_task_whose_fix_is_in_the_test_framework_is_refused_not_graded(tiny_ta
     assert "src/_pytest/python.py" in verdict.problems[0]
 
 
-def test_every_grading_plants_fresh_canaries_and_lists_each_guard(factory, tiny_task):
+def test_every_grading_plants_fresh_twins_and_lists_each_guard(factory, tiny_task):
     first, second = grade(tiny_task, tiny_task.patch, factory), grade(tiny_task, "", factory)
     assert first.status == Status.RESOLVED and second.status == Status.UNRESOLVED
     for record in (first, second):
-        assert set(record.guards) == {"canary", "report", "exit_status", "summary"}
-        assert set(record.guards.values()) == {"ok"} and len(record.canaries) == 2
-        assert all(c.startswith("tests/test_hidden.py::test_") for c in record.canaries)
-        assert not set(record.canaries) & set(record.tests)  # canaries are never graded as the task's tests
-        assert record.to_dict()["guards"] == record.guards
-    assert not set(first.canaries) & set(second.canaries)
+        assert set(record.guards) == {"twin", "report", "exit_status", "summary"}
+        assert set(record.guards.values()) == {"ok"} and len(record.twins) >= 2 and record.unprotected == []
+        assert any(t.startswith("tests/test_hidden.py::test_") for t in record.twins)
+        assert not set(record.twins) & set(record.tests)  # twins are never graded as the task's tests
+        assert set(record.tests) == set(tiny_task.FAIL_TO_PASS + tiny_task.PASS_TO_PASS)  # under the task's own ids
+        assert record.to_dict()["guards"] == record.guards and record.to_dict()["unprotected"] == []
+    assert not set(first.twins) & set(second.twins)
+
+
+def test_a_task_with_no_fail_to_pass_test_is_never_resolved(factory, tiny_task):
+    # Loading refuses such a task (tests/test_task_schema.py); one built in code still cannot pay.
+    record = grade(replace(tiny_task, FAIL_TO_PASS=[]), "", factory)
+    assert record.status == Status.UNRESOLVED and record.pass_to_pass["passed"] == record.pass_to_pass["total"] == 3

@@ -9,6 +9,7 @@ dataset lists (Django's two forms and docstring lines, sympy's bare names) names
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -420,7 +421,8 @@ def test_django_gold_resolves_and_empty_does_not(factory, django_task):
     assert gold.status == Status.RESOLVED and reward_of(gold) == 1.0, (gold.error, gold.tests, gold.log_tail)
     assert set(gold.tests) == set(DJANGO_F2P + DJANGO_P2P) and set(gold.tests.values()) == {"passed"}
     assert set(gold.guards.values()) == {"ok"}
-    assert len(gold.canaries) == 2 and all(c.endswith(" (pricing.test_discount.DiscountTests)") for c in gold.canaries)
+    assert len(gold.twins) >= 2 and not gold.unprotected
+    assert any(t.endswith(" (pricing.test_discount.DiscountTests)") for t in gold.twins)
     empty = grade(django_task, "", factory)
     assert empty.status == Status.UNRESOLVED and reward_of(empty) == 0.0
     assert empty.tests == {DJANGO_F2P[0]: "failed", DJANGO_F2P[1]: "failed", DJANGO_P2P[0]: "passed",
@@ -432,7 +434,7 @@ def test_django_forced_passes_are_caught(factory, django_task, tmp_path):
     patch = django_task.patch + _patch(django_task, {"shop/__init__.py": DJANGO_FORCE}, tmp_path)
     record = grade(django_task, patch, factory)
     assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0
-    assert record.error["where"] == "rewards.guard.canary"
+    assert record.error["where"] == "rewards.guard.twin"
     assert record.guards["exit_status"] != "ok" and "OK" in record.guards["summary"]
 
 
@@ -460,8 +462,8 @@ def test_django_run_tests_for_the_agent(factory, django_task):
 def test_sympy_gold_resolves_and_empty_does_not(factory, sympy_task):
     gold = grade(sympy_task, sympy_task.patch, factory)
     assert gold.status == Status.RESOLVED and reward_of(gold) == 1.0, (gold.error, gold.tests, gold.log_tail)
-    assert set(gold.guards.values()) == {"ok"} and len(gold.canaries) == 2
-    assert all(c.startswith("mathy/tests/test_core.py::test_") for c in gold.canaries)
+    assert set(gold.guards.values()) == {"ok"} and len(gold.twins) >= 2 and not gold.unprotected
+    assert any(t.startswith("mathy/tests/test_core.py::test_") for t in gold.twins)
     empty = grade(sympy_task, "", factory)
     assert empty.status == Status.UNRESOLVED and reward_of(empty) == 0.0
     assert empty.tests == {"test_double_negative": "failed", "test_double_float": "failed", "test_double": "passed"}
@@ -479,9 +481,9 @@ def test_sympy_forced_passes_are_caught(factory, sympy_task, tmp_path):
     patch = sympy_task.patch + _patch(sympy_task, {"mathy/__init__.py": SYMPY_FORCE}, tmp_path)
     record = grade(sympy_task, patch, factory)
     assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0
-    # The failures' section titles still name the canaries (failed), and the summary's count gives it away.
+    # The failures' section titles still name the twins (failed), and the summary's count gives it away.
     assert record.error["where"] == "rewards.guard.summary"
-    assert "holds 6 passes" in record.guards["summary"] and record.tests["test_double_negative"] == "passed"
+    assert re.search(r"holds \d+ passes", record.guards["summary"]) and record.tests["test_double_negative"] == "passed"
 
 
 def test_sympy_runner_rewrite_is_dropped(factory, sympy_task, tmp_path):

@@ -4,7 +4,8 @@ Steps: drop tampering from the agent's diff (:mod:`repogym.envs.rewards.tamper`)
 task's environment and run its health check (a trivial command answers, the interpreter starts with
 pytest) and load the base commit; apply the filtered diff; ask git what really changed and put back any
 test file, start-up hook, shadowing module, bytecode or pytest section the diff still reached; add the
-task's hidden ``test_patch``; plant canary tests beside a FAIL_TO_PASS test (:mod:`repogym.envs.rewards.canary`);
+task's hidden ``test_patch``; rewrite each FAIL_TO_PASS test (and a sample of PASS_TO_PASS) into itself and its
+must-fail twins under fresh names (:mod:`repogym.envs.rewards.twins`);
 run the files that hold FAIL_TO_PASS and PASS_TO_PASS under the harness's launcher and report plugin
 (:func:`repogym.envs.sandbox.testrun.run_test_command`) and read its per-test report; cross-check the run
 (:mod:`repogym.envs.rewards.guards`).
@@ -20,7 +21,7 @@ the tests.
 Fails closed: a test passes only when that report says ``passed`` (an id cut at its first whitespace, as
 SWE-bench lists some, is matched by :mod:`repogym.envs.rewards.ids`); a test the report lacks (not collected,
 deselected, or the run left no report at all) is ``missing`` and failed, as are ``skipped``, ``error``,
-``xfailed``. The exit code of the shell command decides nothing. A guard that trips (a canary that passed, a
+``xfailed``. The exit code of the shell command decides nothing. A guard that trips (a twin that passed, a
 report rewritten after the fact, an exit status or summary that disagrees with the report) makes the record
 ``unresolved`` with ``error.where = "rewards.guard.<name>"``, whatever the tests say; ``guards`` lists every
 guard's verdict and ``harness_reach`` the diff's added lines that name the harness's insides (data only).
@@ -39,8 +40,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from repogym.envs.errors import InfraError, SandboxError
-from repogym.envs.rewards.canary import plant_canaries
+from repogym.envs.errors import InfraError, SandboxError, SandboxRefused
+from repogym.envs.rewards.twins import TwinPlan, plant_twins
 from repogym.envs.rewards.guards import check_run, harness_reach, tripped
 from repogym.envs.rewards.ids import MISSING, PASSED, django_id, outcomes_of
 from repogym.envs.rewards.tamper import (
@@ -70,10 +71,12 @@ class EvalRecord:
     error: dict[str, str] | None = None
     """``{"where", "message"}`` for patch failures, tripped guards and infrastructure errors."""
     guards: dict[str, str] = field(default_factory=dict)
-    """Each guard of the test run (``report``, ``exit_status``, ``summary``, ``canary``): ``ok`` or why it
+    """Each guard of the test run (``twin``, ``report``, ``exit_status``, ``summary``): ``ok`` or why it
     tripped; empty when the tests never ran."""
-    canaries: list[str] = field(default_factory=list)
-    """The canary tests planted for this grading (random each time)."""
+    twins: list[str] = field(default_factory=list)
+    """The twin tests planted for this grading, as the runner reported them (random names each time)."""
+    unprotected: list[str] = field(default_factory=list)
+    """FAIL_TO_PASS tests no twin could be made for (``envs/rewards/twins.py``): guarded only by the other guards."""
     harness_reach: list[str] = field(default_factory=list)
     """``"path: name"`` for added lines of the diff that name the test harness's insides (flagged, not judged)."""
     attempts: int = 1
@@ -195,14 +198,15 @@ def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeou
 
 def _record(task: Task, status: Status, dropped: list[str], outcomes: dict[str, str],
             error: dict[str, str] | None = None, log: str = "", guards: dict[str, str] | None = None,
-            canaries: list | None = None, docs: dict[str, str] | None = None) -> EvalRecord:
+            plan: TwinPlan | None = None, docs: dict[str, str] | None = None) -> EvalRecord:
     """The evaluation record of ``outcomes``: a graded test absent from them is ``missing``."""
     tests = outcomes_of(task.FAIL_TO_PASS + task.PASS_TO_PASS, outcomes, runner=runner_name(task.setup), docs=docs)
     f2p = sum(tests[t] == "passed" for t in task.FAIL_TO_PASS)
     p2p = sum(tests[t] == "passed" for t in task.PASS_TO_PASS)
     return EvalRecord(task.instance_id, status, tests=tests, fail_to_pass={"passed": f2p, "total": len(task.FAIL_TO_PASS)},
                       pass_to_pass={"passed": p2p, "total": len(task.PASS_TO_PASS)}, dropped=dropped, error=error,
-                      log_tail=log, guards=dict(guards or {}), canaries=[c.test_id for c in canaries or []])
+                      log_tail=log, guards=dict(guards or {}), twins=[t.test_id for t in plan.twins] if plan else [],
+                      unprotected=list(plan.unprotected) if plan else [])
 
 
 def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, timeout: float,
@@ -223,13 +227,14 @@ def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, tim
                                f"the task's test_patch does not apply: {added.stderr.strip()[-800:]}"})
     wanted = list(dict.fromkeys(task.FAIL_TO_PASS + task.PASS_TO_PASS))
     targets = run_targets(task, runner)
-    canary_near = targets if runner == "sympy" else [p for p in touched_paths(task.test_patch) if p.endswith(".py")]
-    canaries, canary_files = plant_canaries(sandbox, task.FAIL_TO_PASS, runner=runner, test_files=canary_near)
-    # --maxfail=0: the canaries fail by design, and must not stop a run the task's command limits (-x).
-    run = run_test_command(sandbox, task.test_command, targets + canary_files, timeout=timeout, runner=runner,
+    near = targets if runner == "sympy" else [p for p in touched_paths(task.test_patch) if p.endswith(".py")]
+    plan = plant_twins(sandbox, task.FAIL_TO_PASS, task.PASS_TO_PASS, runner=runner, test_files=near)
+    # --maxfail=0: the twins fail by design, and must not stop a run the task's command limits (-x).
+    run = run_test_command(sandbox, task.test_command, targets + plan.files, timeout=timeout, runner=runner,
                            extra_args=["--maxfail=0"] if runner == "pytest" else None)
-    outcomes, log, docs = run.outcomes, run.log, run.docs
-    guards = check_run(run, canaries)
+    guards = check_run(run, plan)
+    # Graded under the task's own ids: the twins' runs left out, the renamed real tests under their names.
+    outcomes, docs, log = plan.restore(run.outcomes), plan.restore(run.docs), run.log
     graded = outcomes_of(wanted, outcomes, runner=runner, docs=docs)
     missing = sum(outcome == MISSING for outcome in graded.values())
     error = None
@@ -238,11 +243,11 @@ def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, tim
     elif tripped(guards):
         name, why = next(iter(tripped(guards).items()))
         error = {"where": f"rewards.guard.{name}", "message": why}
-    elif wanted and all(outcome == PASSED for outcome in graded.values()):
-        return _record(task, Status.RESOLVED, dropped, outcomes, log=log, guards=guards, canaries=canaries, docs=docs)
+    elif task.FAIL_TO_PASS and all(outcome == PASSED for outcome in graded.values()):  # a task must be able to fail
+        return _record(task, Status.RESOLVED, dropped, outcomes, log=log, guards=guards, plan=plan, docs=docs)
     elif missing:
         error = {"where": "rewards.report", "message": f"{missing} of {len(wanted)} graded tests have no result"}
-    return _record(task, Status.UNRESOLVED, dropped, outcomes, error, log, guards=guards, canaries=canaries, docs=docs)
+    return _record(task, Status.UNRESOLVED, dropped, outcomes, error, log, guards=guards, plan=plan, docs=docs)
 
 
 def _revert_tampering(task: Task, sandbox: Sandbox, dropped: list[str]) -> None:
@@ -251,18 +256,28 @@ def _revert_tampering(task: Task, sandbox: Sandbox, dropped: list[str]) -> None:
     # -f: a file .gitignore hides (``__pycache__/``, ``*.egg-info``) is still something the patch changed.
     listed = sandbox.run("git add -A -f && git -c core.quotePath=false diff --cached --no-renames --name-only repogym-base"
                          " && git reset -q", timeout=120, output_limit=16 << 20)
-    if not listed.ok:
-        raise InfraError("rewards.tamper", f"could not list the changed files: {listed.stderr.strip()[-400:]}")
+    # After the patch applied, what fails here is the patch's doing (unresolved, never infra_error), and a list
+    # cut at the output limit would leave the files past the cut unchecked: both fail closed.
+    if not listed.ok or listed.truncated:
+        why = "the list is over 16 MiB" if listed.ok else listed.stderr.strip()[-400:]
+        raise SandboxRefused("rewards.tamper", f"could not list the changed files: {why}")
     protected = set(protected_paths(task))
     for name in sorted(_unquote(p) for p in listed.stdout.splitlines() if p):
         quoted = shlex.quote(name)
         if is_tamper_path(name, protected):
-            sandbox.run(f"git checkout repogym-base -- {quoted} 2>/dev/null || rm -rf -- {quoted}", timeout=60)
+            _put_back(sandbox, quoted, "rm -rf")
             if name not in dropped:
                 dropped.append(name)
         elif name.rsplit("/", 1)[-1] in CONFIG_WITH_PYTEST_SECTION and _pytest_section_changed(sandbox, name):
-            sandbox.run(f"git checkout repogym-base -- {quoted} 2>/dev/null || rm -f -- {quoted}", timeout=60)
+            _put_back(sandbox, quoted, "rm -f")
             dropped.append(name + " [pytest section]")
+
+
+def _put_back(sandbox: Sandbox, quoted: str, remove: str) -> None:
+    """The base's version of a file (or none, when the base has none); a tamper left in place fails closed."""
+    done = sandbox.run(f"git checkout repogym-base -- {quoted} 2>/dev/null || {remove} -- {quoted}", timeout=60)
+    if not done.ok:
+        raise SandboxRefused("rewards.tamper", f"could not put {quoted} back from the base: {done.stderr.strip()[-400:]}")
 
 
 def _unquote(name: str) -> str:
@@ -271,10 +286,24 @@ def _unquote(name: str) -> str:
     return name
 
 
+MAX_CONFIG_BYTES = 8 << 20
+"""The largest setup.cfg / pyproject.toml whose pytest section is compared; a larger one counts as changed."""
+
+
 def _pytest_section_changed(sandbox: Sandbox, name: str) -> bool:
-    before = sandbox.run(f"git show repogym-base:{shlex.quote(name)}", timeout=60)
+    """Whether the patch changed the pytest section of ``name``, read whole on both sides (pytest reads all of
+    it): a file too large to read whole, or not UTF-8, counts as changed, so it is put back from the base."""
+    before = sandbox.run(f"git show repogym-base:{shlex.quote(name)}", timeout=60, output_limit=MAX_CONFIG_BYTES)
+    if before.truncated:
+        return True
     try:
-        after = sandbox.read_file(name).decode("utf-8", errors="replace")
+        data = sandbox.read_file(name, limit=MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
-        after = ""
+        data = b""
+    if len(data) > MAX_CONFIG_BYTES:
+        return True
+    try:
+        after = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
     return pytest_section(name, before.stdout if before.ok else "") != pytest_section(name, after)

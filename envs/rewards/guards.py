@@ -4,11 +4,12 @@ Code under test runs inside pytest, so no single check made there holds alone. G
 over every run (see ``envs/rewards/evaluate.py``); any guard that trips makes the episode ``unresolved``
 with reward 0 and ``error.where = "rewards.guard.<name>"``, never ``infra_error``:
 
-- ``canary``: every canary test (``envs/rewards/canary.py``) ran and did not pass.
+- ``twin``: every twin test (``envs/rewards/twins.py``) ran, and no run of a twin passed where the same run
+  (same parameters) of its real test passed; a must-fail test of the harness's own never passed.
 - ``report``: the launcher's frame came back (keyed with a secret the test process never saw) and the
   report stream hashes to it, so nothing rewrote results after pytest exited (an ``atexit`` handler, an
   escaped child); for commands the launcher does not wrap, the report carries the run's nonce.
-- ``exit_status``: with the canaries failing, an honest run exits 1. pytest's real exit status (recorded
+- ``exit_status``: with twins failing, an honest run exits 1. pytest's real exit status (recorded
   outside the test process) must be 1 and equal the status the session ended with; a run forced to
   ``passed`` everywhere, or ended early with ``os._exit``, shows here.
 - ``summary``: pytest's own last summary line must be there (launcher runs) and must count at least as
@@ -20,7 +21,7 @@ The same guards hold for the other runners (``envs/sandbox/testrun.py``), read i
 - **django** (unittest under the launcher): ``exit_status`` as for pytest (``runtests.py`` exits 1 when a test
   failed, and the launcher's inner process records the script's end as the session's). ``summary``:
   unittest's ``Ran N tests in Xs`` and its verdict must be there; the report may hold no more passes than
-  tests ran; with canaries planted the verdict must be ``FAILED``, never ``OK``. unittest prints no count of
+  tests ran; with twins planted the verdict must be ``FAILED``, never ``OK``. unittest prints no count of
   passes (and counts each failing subtest), so a finer count is not compared: that would trip honest runs.
 - **sympy** (``bin/test`` under the launcher, its output the report): ``report`` also requires the output
   file to hash to the frame; ``exit_status`` as for pytest (``bin/test`` exits 1 when a test failed);
@@ -36,21 +37,21 @@ from __future__ import annotations
 
 import re
 
-from repogym.envs.rewards.canary import Canary
+from repogym.envs.rewards.twins import TwinPlan
 from repogym.envs.sandbox.testrun import TestRun
 from repogym.envs.tasks.patches import split_patch
 
-GUARDS = ("canary", "report", "exit_status", "summary")
+GUARDS = ("twin", "report", "exit_status", "summary")
 OK = "ok"
 HARNESS_NAMES = ("_pytest", "pluggy", "repogym_report", "repogym_launch", "repogym_unittest", "REPOGYM_", "gc.get_objects",
                  "get_referrers", "atexit", "PYTEST_CURRENT_TEST", "pytest_runtest", "pytest_sessionfinish",
                  "TestReport", "hookwrapper", "pluginmanager")
 
 
-def check_run(run: TestRun, canaries: list[Canary]) -> dict[str, str]:
-    """``{guard: "ok" | why it tripped}`` for a graded run with ``canaries`` planted."""
-    return {"canary": _canaries(run, canaries), "report": _report(run), "exit_status": _exit_status(run),
-            "summary": _summary(run, canaries)}
+def check_run(run: TestRun, plan: TwinPlan) -> dict[str, str]:
+    """``{guard: "ok" | why it tripped}`` for a graded run with the twins of ``plan`` planted."""
+    return {"twin": _twins(run, plan), "report": _report(run), "exit_status": _exit_status(run),
+            "summary": _summary(run, plan)}
 
 
 def tripped(guards: dict[str, str]) -> dict[str, str]:
@@ -67,16 +68,16 @@ def _exit_status(run: TestRun) -> str:
     if run.exit_status is None:
         return f"{what}'s exit status is unknown"
     if run.exit_status != 1:
-        return f"{what} exited with {run.exit_status}; with the canaries failing an honest run exits 1"
+        return f"{what} exited with {run.exit_status}; with its twins failing an honest run exits 1"
     if run.launched and run.finish_status != run.exit_status:
         ended = "never ended" if run.finish_status is None else f"ended with {run.finish_status}"
         return f"the {what} session {ended} but the process exited with {run.exit_status}"
     return OK
 
 
-def _summary(run: TestRun, canaries: list[Canary]) -> str:
+def _summary(run: TestRun, plan: TwinPlan) -> str:
     if run.runner == "django":
-        return _unittest_summary(run, canaries)
+        return _unittest_summary(run, plan)
     what = "pytest" if run.runner == "pytest" else f"the {run.runner} runner"
     if not run.summary:
         # Without the launcher the output may be cut before pytest's last line: nothing to compare with.
@@ -87,26 +88,28 @@ def _summary(run: TestRun, canaries: list[Canary]) -> str:
     return OK
 
 
-def _unittest_summary(run: TestRun, canaries: list[Canary]) -> str:
+def _unittest_summary(run: TestRun, plan: TwinPlan) -> str:
     counts = run.summary_counts()
     if not counts:
         return "unittest printed no 'Ran N tests' summary and verdict" if run.launched else OK
     if run.reported_passes > counts["ran"]:
         return f"the report holds {run.reported_passes} passes but unittest ran {counts['ran']} tests"
-    if canaries and counts["ok"]:
-        return "unittest's verdict is OK, but the canaries must fail"
+    if plan.twins and counts["ok"]:
+        return "unittest's verdict is OK, but with its twins planted an honest run fails"
     return OK
 
 
-def _canaries(run: TestRun, canaries: list[Canary]) -> str:
-    for canary in canaries:
-        runs = canary.runs(run.outcomes)
+def _twins(run: TestRun, plan: TwinPlan) -> str:
+    for twin in plan.twins:
+        runs = twin.runs(run.outcomes)
         if not runs:
-            return f"canary {canary.test_id} ({canary.kind}) is missing from the report"
-        passing = sorted(t for t, o in runs.items() if o in ("passed", "xpassed"))
-        if passing:
-            why = ("an object equal to anything" if canary.kind == "perturbed" else "test outcomes forced to pass")
-            return f"canary {passing[0]} ({canary.kind}) must fail but {runs[passing[0]]}: {why}"
+            return f"twin {twin.test_id} ({twin.kind}) is missing from the report"
+        for params, outcome in sorted(runs.items()):
+            judged = twin.real is None or run.outcomes.get(twin.real + params) == "passed"
+            if judged and outcome in ("passed", "xpassed"):
+                why = ("an object equal to anything, or outcomes forced to pass" if twin.kind == "literal"
+                       else "test outcomes forced to pass")
+                return f"twin {twin.test_id}{params} ({twin.kind}) must fail but {outcome}: {why}"
     return OK
 
 

@@ -57,7 +57,7 @@ import shlex
 import uuid
 from dataclasses import dataclass, field
 
-from repogym.envs.errors import InfraError, TestRunTimeout
+from repogym.envs.errors import SandboxRefused, SandboxRequestError, TestRunTimeout
 from repogym.envs.registry import Registry
 from repogym.envs.sandbox.base import Sandbox
 
@@ -223,14 +223,9 @@ def run_test_command(sandbox: Sandbox, test_command: str, files: list[str] | Non
     if runner != "pytest":
         return _run_script(sandbox, test_command, files or [], timeout, runner)
     nonce, key = uuid.uuid4().hex, uuid.uuid4().hex
-    folder, plugin, launcher = f"/tmp/.repogym-{nonce}", f"repogym_report_{nonce}", f"launch_{uuid.uuid4().hex}"
+    plugin, launcher = f"repogym_report_{nonce}", f"launch_{uuid.uuid4().hex}"
+    folder = _stage(sandbox, nonce, key, {f"{plugin}.py": "repogym_report.py", f"{launcher}.py": "repogym_launch.py"})
     report = f"{folder}/report.json"
-    inside = getattr(sandbox, "inside_dir", "/opt/repogym")
-    staged = sandbox.run(f"mkdir -m 700 {folder} && cp {inside}/repogym_report.py {folder}/{plugin}.py && "
-                         f"cp {inside}/repogym_launch.py {folder}/{launcher}.py && "
-                         f"(umask 077 && printf %s {key} > {folder}/key)", timeout=60)
-    if not staged.ok:
-        raise InfraError("sandbox.run_tests", f"could not stage the report plugin: {staged.stderr.strip()[-400:]}")
     args = " ".join(shlex.quote(a) for a in (extra_args or []))
     args += f" -p {plugin} " + " ".join(shlex.quote(f) for f in files or [])
     launch = launch_command(test_command)
@@ -257,13 +252,11 @@ def run_test_command(sandbox: Sandbox, test_command: str, files: list[str] | Non
 def _run_script(sandbox: Sandbox, test_command: str, files: list[str], timeout: float, runner: str) -> TestRun:
     """A django or sympy run under the launcher (``--unittest-script`` / ``--output-script``)."""
     nonce, key = uuid.uuid4().hex, uuid.uuid4().hex
-    folder, reporter, launcher = f"/tmp/.repogym-{nonce}", f"repogym_unittest_{nonce}", f"launch_{uuid.uuid4().hex}"
-    inside = getattr(sandbox, "inside_dir", "/opt/repogym")
-    copy_reporter = f"cp {inside}/repogym_unittest.py {folder}/{reporter}.py && " if runner == "django" else ""
-    staged = sandbox.run(f"mkdir -m 700 {folder} && {copy_reporter}cp {inside}/repogym_launch.py {folder}/{launcher}.py"
-                         f" && (umask 077 && printf %s {key} > {folder}/key)", timeout=60)
-    if not staged.ok:
-        raise InfraError("sandbox.run_tests", f"could not stage the test launcher: {staged.stderr.strip()[-400:]}")
+    reporter, launcher = f"repogym_unittest_{nonce}", f"launch_{uuid.uuid4().hex}"
+    harness = {f"{launcher}.py": "repogym_launch.py"}
+    if runner == "django":
+        harness[f"{reporter}.py"] = "repogym_unittest.py"
+    folder = _stage(sandbox, nonce, key, harness)
     targets = [django_label(f) for f in files] if runner == "django" else [f.split("::", 1)[0] for f in files]
     args = " ".join(shlex.quote(t) for t in dict.fromkeys(targets))
     env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": f"{folder}/pycache"}
@@ -284,6 +277,46 @@ def _run_script(sandbox: Sandbox, test_command: str, files: list[str], timeout: 
         run.problems.append(f"the {runner} test command cannot run under the harness's launcher (shell syntax in it)")
         return run
     return _read_stream(result.stdout, result.stderr, raw, key, runner=runner, output=output)
+
+
+# The agent's own scratch folders, where a run is staged when the runner has no place of its own (local), in order.
+STAGING_FALLBACKS = ("/tmp", "/dev/shm")
+
+
+def _stage(sandbox: Sandbox, nonce: str, key: str, files: dict[str, str]) -> str:
+    """A fresh folder for one run holding ``files`` (``{name there: harness file in inside_dir}``) and the frame key.
+
+    First a folder the runner makes where the agent cannot write (docker: a root-owned tmpfs, see
+    ``inside/runner.py`` ``stage``), then :data:`STAGING_FALLBACKS`. Those are the agent's: it may have filled
+    them or made them read-only, so when none takes the run it is a :class:`SandboxRefused` (an observation,
+    ``unresolved`` at grading), never an :class:`InfraError` a failing policy could ask for.
+    """
+    inside = getattr(sandbox, "inside_dir", "/opt/repogym")
+    places = [(folder, False) for folder in [_runner_folder(sandbox, nonce)] if folder]
+    places += [(f"{parent}/.repogym-{nonce}", True) for parent in STAGING_FALLBACKS]
+    refused = []
+    for folder, make in places:
+        steps = [f"mkdir -m 700 {folder}"] if make else []
+        steps += [f"cp {inside}/{source} {folder}/{name}" for name, source in files.items()]
+        steps.append(f"(umask 077 && printf %s {key} > {folder}/key)")
+        # A half-staged folder is removed, so a later run's fallback finds the room it took.
+        staged = sandbox.run(" && ".join(steps) + f" || {{ status=$?; rm -rf {folder}; exit $status; }}", timeout=60)
+        if staged.ok:
+            return folder
+        refused.append(f"{folder.rsplit('/', 1)[0]}: {(staged.stderr.strip() or 'timed out')[-300:]}")
+    raise SandboxRefused("sandbox.run_tests.stage", "the harness could not stage the test run in the sandbox ("
+                         + "; ".join(refused) + "): free space or give write permission back in /tmp")
+
+
+def _runner_folder(sandbox: Sandbox, nonce: str) -> str | None:
+    """The folder the runner made for this run where the agent cannot write, or None (a runner without one)."""
+    request = getattr(sandbox, "request", None)
+    if request is None:
+        return None
+    try:
+        return request("stage", nonce=nonce).get("folder")
+    except SandboxRequestError:  # a runner that has no such place or could not make it: the fallbacks
+        return None
 
 
 def sympy_outcomes(output: str) -> tuple[dict[str, str], int]:

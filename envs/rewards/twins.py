@@ -1,0 +1,657 @@
+"""Twin tests: every graded test gets must-fail twins it cannot be told apart from.
+
+Code under test runs inside the test runner, so it can force outcomes (replace ``runtest``, flip reports)
+or return objects equal to anything. Grading therefore rewrites, after the hidden ``test_patch``, each
+FAIL_TO_PASS test (and a sample of PASS_TO_PASS) into a group of **variants** in its own place in its file:
+the real test and its twins, each a copy that calls the same code the same way and differs only in what it
+expects, at one point drawn per grading:
+
+- ``literal``: a comparison with a literal (``assert f(x) == 3``, ``assertEqual(f(x), "abc")``, a literal
+  inside ``pytest.approx`` or a numpy ``assert_*equal``/``assert_allclose``, or a name bound once to a
+  literal and read only there) expects another literal of the same kind: one number, one character, one
+  element changed. An honest value equal to the real literal is unequal to the twin's, so the twin fails;
+  an always-equal object passes it. Up to :data:`LITERAL_TWINS` twins, all changing the same literal.
+- ``negated``: the condition reversed (``==`` and ``!=``, ``in`` and ``not in``, ``is`` and ``is not``,
+  ``assert x`` and ``assert not x``, unittest's ``assertTrue``/``assertFalse``, ``assertIn``/``assertNotIn``,
+  ``assertEqual``/``assertNotEqual``...); an ordering comparison becomes ``not (...)``.
+- ``exception``: an expected exception no longer expected (``with pytest.raises(E): body`` becomes
+  ``body``; ``raises(E, lambda: expr)`` becomes ``expr``): the exception an honest run raises fails it.
+
+Every variant, the real one included, is rendered by the same ``ast.unparse`` and renamed to a fresh name
+drawn from one distribution (ordinary words, the project's test prefix), in an order drawn per grading, in
+the same file and class, with the same decorators and fixtures: no global, marker, attribute or name tells
+them apart. A forger that cannot compute the right answer must guess which variant is real; forcing them all
+to pass (or returning always-equal objects, for ``literal`` points) passes a twin, and a twin whose real
+variant passed must not pass (the ``twin`` guard, ``envs/rewards/guards.py``). The report's ids are mapped
+back to the task's before grading reads them (:meth:`TwinPlan.restore`).
+
+A point counts only where an honest run reaches it: a statement of the test's body, or of a ``with`` block in
+it that is not ``pytest.raises``-like, with no ``return``/``yield``/``break``/``continue`` before it. A test
+no twin can be made for (not a function of the file or of a top-level class, no such point, a method using
+zero-argument ``super()``) keeps its name and is listed in :attr:`TwinPlan.unprotected`; when no test at all
+gets a twin, one must-fail test goes into a file of its own, so an honest run still fails something.
+
+Per runner (``envs/sandbox/testrun.py``): **pytest** ids ``path::[Class::]name[params]``; **django** ids
+``name (module.Class)`` for the method ``Class.name`` of ``tests/<module>.py``; **sympy** bare names, looked
+for in the test files the run covers, reported as ``path::name``.
+
+Not guaranteed: tests the agent can read (generated tasks keep theirs in its repository; the base's copy is
+in the grading sandbox's git store) can be matched against the variants by their text, as their answers can be
+hard-coded. A guessing forger survives one test with probability ``1/(k+1)`` (``k`` twins) and a task with
+``n`` such tests ``(1/(k+1))**n``. Always-equal objects are caught only at ``literal`` points.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import secrets
+import string
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from repogym.envs.sandbox.base import Sandbox
+
+WORDS = ("parse", "value", "empty", "order", "merge", "split", "limit", "range", "token", "quote", "strip",
+         "round", "share", "build", "cache", "drop", "keep", "nested", "first", "last", "count", "group", "match",
+         "label", "default", "missing", "unicode", "spaces", "keys", "items", "update", "header", "column",
+         "format", "number", "negative", "large", "small", "single", "double", "repeat", "reverse", "sorted",
+         "window", "offset", "prefix", "suffix", "escape", "path", "name", "index", "slice", "chain", "zero",
+         "none", "mixed", "copy", "reset", "clear", "state", "retry", "delay", "input", "output", "line",
+         "lines", "blank", "comment", "section", "schema", "field", "record", "entry", "table", "row", "cell",
+         "width", "height", "start", "stop", "step", "total", "sum", "average", "unique", "duplicate", "case",
+         "upper", "lower", "trailing", "leading", "inline", "block", "tail", "head", "round_trip", "equal")
+LITERAL_TWINS = 2
+"""Twins per test at a ``literal`` point (all changing the same literal); other points allow one."""
+PASS_TO_PASS_SAMPLE = 2
+"""PASS_TO_PASS tests given a twin per grading, drawn at random."""
+
+# unittest's assertion methods and the one that passes exactly when it fails.
+_NEGATED_METHODS = {
+    "assertEqual": "assertNotEqual", "assertEquals": "assertNotEqual", "assertNotEqual": "assertEqual",
+    "assertListEqual": "assertNotEqual", "assertTupleEqual": "assertNotEqual", "assertDictEqual": "assertNotEqual",
+    "assertSetEqual": "assertNotEqual", "assertSequenceEqual": "assertNotEqual",
+    "assertMultiLineEqual": "assertNotEqual", "assertTrue": "assertFalse", "assertFalse": "assertTrue",
+    "assert_": "assertFalse", "assertIs": "assertIsNot", "assertIsNot": "assertIs", "assertIsNone": "assertIsNotNone",
+    "assertIsNotNone": "assertIsNone", "assertIn": "assertNotIn", "assertNotIn": "assertIn",
+    "assertIsInstance": "assertNotIsInstance", "assertNotIsInstance": "assertIsInstance",
+    "assertGreater": "assertLessEqual", "assertLessEqual": "assertGreater", "assertLess": "assertGreaterEqual",
+    "assertGreaterEqual": "assertLess", "assertRegex": "assertNotRegex", "assertNotRegex": "assertRegex",
+    "assertAlmostEqual": "assertNotAlmostEqual", "assertNotAlmostEqual": "assertAlmostEqual",
+    "assertContains": "assertNotContains", "assertNotContains": "assertContains",
+    "assertQuerySetEqual": None, "assertCountEqual": None}
+"""``None``: no exact opposite (``assertCountEqual``'s is not ``assertNotEqual``), a literal point only."""
+_EQUALITY_CALLS = ("assertEqual", "assertEquals", "assertListEqual", "assertTupleEqual", "assertDictEqual",
+                   "assertSetEqual", "assertSequenceEqual", "assertMultiLineEqual", "assertCountEqual",
+                   "assertAlmostEqual", "assertQuerySetEqual", "assert_equal", "assert_array_equal",
+                   "assert_allclose", "assert_almost_equal", "assert_array_almost_equal")
+_TOLERANCE_KEYWORDS = {"rel", "abs", "rtol", "atol", "delta", "places", "decimal"}
+_ORDERING = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+_FLIPPED = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot,
+            ast.IsNot: ast.Is}
+_RAISES = ("raises", "assertRaises", "assertRaisesRegex", "assertRaisesMessage")
+_NOT_ENTERED = _RAISES + ("warns", "assertWarns", "assertWarnsRegex", "suppress", "deprecated_call")
+# Exceptions pytest does not turn into a plain failure when a test raises them.
+_RUNNER_EXCEPTIONS = {"KeyboardInterrupt", "SystemExit", "GeneratorExit", "BaseException", "Exit", "Skipped",
+                      "Failed", "XFailed", "XFail", "Skip", "SkipTest"}
+
+
+@dataclass(frozen=True)
+class Twin:
+    """One planted must-fail test: every reported id that is ``test_id`` or ``test_id[...]`` is one of its runs."""
+
+    test_id: str
+    """As the runner reports it."""
+    real: str | None
+    """The reported id of the real variant it twins (its run with the same parameters must pass for this
+    twin's run to be judged); None for a must-fail test of its own."""
+    kind: str
+    """``literal``, ``negated``, ``exception`` or ``must_fail``."""
+
+    def runs(self, outcomes: dict[str, str]) -> dict[str, str]:
+        """The outcomes of this twin's runs (several when it is parametrized), keyed by their parameter suffix."""
+        return {t[len(self.test_id):]: o for t, o in outcomes.items()
+                if t == self.test_id or t.startswith(self.test_id + "[")}
+
+
+@dataclass
+class TwinPlan:
+    """What one grading planted: the twins, the real tests' new names, and what stands unprotected."""
+
+    twins: list[Twin] = field(default_factory=list)
+    renamed: dict[str, str] = field(default_factory=dict)
+    """``{reported id of a renamed real test: the id the task knows it by}`` (pytest ids without parameters)."""
+    unprotected: list[str] = field(default_factory=list)
+    """Graded tests (task ids) no twin could be made for."""
+    files: list[str] = field(default_factory=list)
+    """Files of the harness's own to run too (a must-fail test of its own)."""
+
+    def restore(self, outcomes: dict[str, str]) -> dict[str, str]:
+        """The report as the task's ids read it: twins' runs left out, renamed tests under their own names.
+
+        Fails closed: a record under a renamed test's old name (no test has it in this run, so only a forger
+        wrote it) never makes that test pass; of two outcomes for one id the one that is not ``passed`` stays.
+        """
+        restored: dict[str, str] = {}
+        for test_id, outcome in outcomes.items():
+            if any(twin.runs({test_id: outcome}) for twin in self.twins):
+                continue
+            original = self._original(test_id)
+            if original == test_id and self._original_name(test_id):
+                outcome = "failed" if outcome == "passed" else outcome
+            if restored.get(original, "passed") == "passed":
+                restored[original] = outcome
+        return restored
+
+    def _original_name(self, test_id: str) -> bool:
+        """Whether ``test_id`` is (a run of) a renamed test under its old name."""
+        head = test_id.partition("[")[0]
+        return test_id in self.renamed.values() or head in self.renamed.values()
+
+    def _original(self, test_id: str) -> str:
+        if test_id in self.renamed:
+            return self.renamed[test_id]
+        head, bracket, params = test_id.partition("[")
+        return self.renamed[head] + bracket + params if bracket and head in self.renamed else test_id
+
+
+# -- names ----------------------------------------------------------------------------------------------------
+
+def fresh_name(taken: set[str], prefix: str = "test_") -> str:
+    """A name of ordinary words after ``prefix`` (``test_drop_copy``), not in ``taken``; added to it."""
+    while True:
+        name = prefix + "_".join(secrets.choice(WORDS) for _ in range(secrets.choice((2, 3))))
+        if name not in taken:
+            taken.add(name)
+            return name
+
+
+def _shuffled(items: list) -> list:
+    items = list(items)
+    for i in range(len(items) - 1, 0, -1):
+        j = secrets.randbelow(i + 1)
+        items[i], items[j] = items[j], items[i]
+    return items
+
+
+# -- literals ---------------------------------------------------------------------------------------------------
+
+def _is_literal(node: ast.AST) -> bool:
+    """A literal display: constants, containers of them, a negative number."""
+    if isinstance(node, ast.Constant):
+        return not isinstance(node.value, type(...))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return isinstance(node.operand, ast.Constant) and isinstance(node.operand.value, (int, float))
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return all(_is_literal(e) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        return all(k is not None and _is_literal(k) for k in node.keys) and all(_is_literal(v) for v in node.values)
+    return False
+
+
+def _approx_literal(node: ast.AST) -> ast.AST | None:
+    """The literal inside ``pytest.approx(literal)`` / ``approx(literal)`` with default tolerances."""
+    if (isinstance(node, ast.Call) and _call_name(node) == "approx" and len(node.args) == 1
+            and not node.keywords and _is_literal(node.args[0])):
+        return node.args[0]
+    return None
+
+
+def _leaves(node: ast.AST) -> list[ast.Constant]:
+    """The constants of a literal whose value can change (not ``None``, ``...``, NaN, infinities, empty text)."""
+    found = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and _variants_of(sub.value, 1):
+            found.append(sub)
+    return found
+
+
+def _window(count: int, width: int = 10, floor: int | None = None) -> list[int]:
+    """``count`` distinct nonzero offsets from a window of ``width`` steps placed at random around 0, so the real
+    value's rank among the variants is uniform (no "the median is real"); none below ``floor``."""
+    low = -secrets.randbelow(width)
+    if floor is not None:
+        low = max(low, floor)
+    return _shuffled([d for d in range(low, low + width) if d])[:count]
+
+
+def _variants_of(value, count: int) -> list:
+    """Up to ``count`` distinct values of ``value``'s kind, each unequal to it (empty when there are none)."""
+    if isinstance(value, bool):
+        return [not value][:count]
+    if isinstance(value, int):
+        return [value + d for d in _window(count, floor=-value if value >= 0 else None)]  # a count stays a count
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return []
+        scale = max(1.0, abs(value))  # far outside any default tolerance (approx, allclose, assertAlmostEqual)
+        return [value + d * scale / 4 for d in _window(count)]
+    if isinstance(value, (str, bytes)):
+        text = value.decode("latin-1") if isinstance(value, bytes) else value
+        spots = [i for i, c in enumerate(text) if c.isascii() and c.isalnum()]
+        if not spots:
+            return []
+        # A digit where there is one: a changed number reads as plausibly as the real one, a changed word less so.
+        spots = [i for i in spots if text[i].isdigit()] or spots
+        i = secrets.choice(spots)
+        pool = next(p for p in (string.ascii_lowercase, string.ascii_uppercase, string.digits) if text[i] in p)
+        out = [text[:i] + c + text[i + 1:] for c in _shuffled([c for c in pool if c != text[i]])[:count]]
+        return [o.encode("latin-1") for o in out] if isinstance(value, bytes) else out
+    return []
+
+
+# -- points: where a twin can differ ---------------------------------------------------------------------------
+
+@dataclass
+class _Point:
+    kind: str
+    path: list[tuple[str, int]]
+    """How to reach the statement from the function: ``[("body", i), ("body", j)...]`` (``with`` blocks)."""
+    leaf: tuple[str, int] | None = None
+    """For a literal bound to a name: the statement index path of the assignment instead (see ``_apply``)."""
+
+
+def _call_name(node: ast.AST) -> str:
+    func = node.func if isinstance(node, ast.Call) else None
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return ""
+
+
+def _leaves_early(statements: list[ast.stmt]) -> bool:
+    """Whether a ``return``/``yield``/``break``/``continue`` of the function itself is in ``statements``."""
+    stack: list[ast.AST] = list(statements)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom, ast.Break, ast.Continue)):
+            return True
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _reached(body: list[ast.stmt], prefix: list[tuple[str, int]]):
+    """``(path, statement)`` for every statement an honest run of ``body`` reaches (``with`` blocks entered)."""
+    for i, stmt in enumerate(body):
+        if _leaves_early(body[:i]):
+            return
+        yield prefix + [("body", i)], stmt
+        if isinstance(stmt, (ast.With, ast.AsyncWith)) and not any(
+                _call_name(item.context_expr) in _NOT_ENTERED for item in stmt.items):
+            yield from _reached(stmt.body, prefix + [("body", i)])
+
+
+def _points(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[_Point]:
+    """Every point of ``func`` a twin can be made at."""
+    points = []
+    bound = _literal_names(func)
+    for path, stmt in _reached(func.body, []):
+        if isinstance(stmt, ast.Assert):
+            test = stmt.test
+            if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+                sides = (test.left, test.comparators[0])
+                if any(_literal_side(s) is not None for s in sides):
+                    points.append(_Point("literal", path))
+                elif any(isinstance(s, ast.Name) and s.id in bound for s in sides):
+                    name = next(s.id for s in sides if isinstance(s, ast.Name) and s.id in bound)
+                    points.append(_Point("literal", path, leaf=("name", bound[name])))
+            points.append(_Point("negated", path))
+        elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            name = _call_name(stmt.value)
+            args = stmt.value.args
+            tolerant = any(k.arg in _TOLERANCE_KEYWORDS for k in stmt.value.keywords)
+            if name in _EQUALITY_CALLS and len(args) >= 2 and not tolerant and any(
+                    _literal_side(a) is not None for a in args[:2]):
+                points.append(_Point("literal", path))
+            if _NEGATED_METHODS.get(name) and isinstance(stmt.value.func, ast.Attribute):
+                points.append(_Point("negated", path))
+            if name in _RAISES and len(args) >= 2 and _expected_exception_ok(args[0]):
+                points.append(_Point("exception", path))
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)) and len(stmt.items) == 1:
+            item = stmt.items[0].context_expr
+            if (_call_name(item) in _RAISES and isinstance(item, ast.Call) and item.args
+                    and _expected_exception_ok(item.args[0])):
+                points.append(_Point("exception", path))
+    return points
+
+
+def _expected_exception_ok(node: ast.AST) -> bool:
+    """An expected exception whose escape fails a test (not ``SystemExit``, ``KeyboardInterrupt``...)."""
+    names = [e for e in (node.elts if isinstance(node, ast.Tuple) else [node])]
+    return all(isinstance(n, (ast.Name, ast.Attribute)) for n in names) and not any(
+        (n.id if isinstance(n, ast.Name) else n.attr) in _RUNNER_EXCEPTIONS for n in names)
+
+
+def _literal_side(node: ast.AST) -> ast.AST | None:
+    """The literal a comparison side holds (itself, or inside ``approx``), when it has a value that can change."""
+    inner = node if _is_literal(node) else _approx_literal(node)
+    return inner if inner is not None and _leaves(inner) else None
+
+
+def _literal_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
+    """``{name: index of its statement}`` for names bound once, at the top of the body, to a literal, and read once."""
+    stores: dict[str, list[int]] = {}
+    loads: dict[str, int] = {}
+    for node in ast.walk(func):
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load):
+                loads[node.id] = loads.get(node.id, 0) + 1
+            else:
+                stores.setdefault(node.id, []).append(-1)
+    bound = {}
+    for i, stmt in enumerate(func.body):
+        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                and _is_literal(stmt.value) and _leaves(stmt.value)):
+            name = stmt.targets[0].id
+            if len(stores.get(name, [])) == 1 and loads.get(name) == 1:
+                bound[name] = i
+    return bound
+
+
+# -- making the twins ------------------------------------------------------------------------------------------
+
+def _statement(func: ast.AST, path: list[tuple[str, int]]) -> tuple[list[ast.stmt], int]:
+    """The list holding the statement at ``path`` and its index there."""
+    body = func.body
+    for _, index in path[:-1]:
+        body = body[index].body
+    return body, path[-1][1]
+
+
+def _twins_at(func: ast.FunctionDef | ast.AsyncFunctionDef, point: _Point) -> list[ast.FunctionDef]:
+    """Copies of ``func`` that differ from it at ``point`` only (one or more; empty when none can be made)."""
+    if point.kind == "literal":
+        return _literal_twins(func, point)
+    twin = copy.deepcopy(func)
+    body, index = _statement(twin, point.path)
+    stmt = body[index]
+    if point.kind == "negated":
+        if isinstance(stmt, ast.Assert):
+            stmt.test = _negated(stmt.test)
+        else:
+            stmt.value.func.attr = _NEGATED_METHODS[stmt.value.func.attr]
+        return [twin]
+    # exception: the body of ``with raises(E)`` run bare; ``raises(E, f, *args)`` becomes ``f(*args)``.
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        body[index:index + 1] = stmt.body
+        return [twin]
+    call = stmt.value
+    target, rest = call.args[1], call.args[2:]
+    if isinstance(target, ast.Lambda) and not rest and not target.args.args:
+        stmt.value = target.body
+    elif isinstance(target, ast.Lambda):
+        return []
+    else:
+        stmt.value = ast.Call(func=target, args=list(rest), keywords=[k for k in call.keywords if k.arg != "msg"])
+    return [twin]
+
+
+def _negated(test: ast.expr) -> ast.expr:
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _FLIPPED:
+        return ast.Compare(left=test.left, ops=[_FLIPPED[type(test.ops[0])]()], comparators=test.comparators)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return test.operand
+    return ast.UnaryOp(op=ast.Not(), operand=test)
+
+
+def _literal_twins(func: ast.FunctionDef | ast.AsyncFunctionDef, point: _Point) -> list[ast.FunctionDef]:
+    body, index = _statement(func, point.path)
+    stmt = body[index]
+    if point.leaf is not None:
+        literal = func.body[point.leaf[1]].value
+    elif isinstance(stmt, ast.Assert):
+        sides = [s for s in (stmt.test.left, stmt.test.comparators[0]) if _literal_side(s) is not None]
+        literal = _literal_side(secrets.choice(sides))
+    else:
+        sides = [a for a in stmt.value.args[:2] if _literal_side(a) is not None]
+        literal = _literal_side(secrets.choice(sides))
+    leaves = _leaves(literal)
+    leaf = secrets.choice(leaves)
+    # The same leaf in each copy: found again by its position among the literal's leaves.
+    position = leaves.index(leaf)
+    twins = []
+    for value in _variants_of(leaf.value, LITERAL_TWINS):
+        twin = copy.deepcopy(func)
+        twin_leaf = _matching(twin, func, literal, position)
+        twin_leaf.value = value
+        twins.append(twin)
+    return twins
+
+
+def _matching(twin: ast.AST, func: ast.AST, literal: ast.AST, position: int) -> ast.Constant:
+    """The constant of ``twin`` at the place ``literal``'s ``position``-th leaf holds in ``func``."""
+    for mine, theirs in zip(ast.walk(twin), ast.walk(func)):
+        if theirs is literal:
+            return _leaves(mine)[position]
+    raise AssertionError("the literal is not in the function it came from")
+
+
+def _uses_class_cell(func: ast.AST) -> bool:
+    """Zero-argument ``super()`` or ``__class__``: a copy under another name would still work, but keep it plain."""
+    for node in ast.walk(func):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super" and not node.args:
+            return True
+        if isinstance(node, ast.Name) and node.id == "__class__":
+            return True
+    return False
+
+
+def twin_group(func: ast.FunctionDef | ast.AsyncFunctionDef, taken: set[str]) -> tuple[
+        list[tuple[ast.FunctionDef, str]], str, list[tuple[str, str]]] | None:
+    """The variants of ``func`` in a random order: ``(variants as (node, kind)), real name, [(twin name, kind)])``.
+
+    ``kind`` is ``real`` for the real one. None when no twin can be made.
+    """
+    if _uses_class_cell(func):
+        return None
+    points = _points(func)
+    literal = [p for p in points if p.kind == "literal"]
+    twins: list[ast.FunctionDef] = []
+    for point in _shuffled(literal) + _shuffled([p for p in points if p.kind != "literal"]):
+        twins = _twins_at(func, point)
+        if twins:
+            kind = point.kind
+            break
+    if not twins:
+        return None
+    # The project's own prefix (``test_``, ``check_``...), so its collection rules take every variant.
+    prefix = (func.name.split("_", 1)[0] + "_") if "_" in func.name else "test_"
+    real = copy.deepcopy(func)
+    variants = [(real, "real")] + [(t, kind) for t in twins]
+    for node, _ in variants:
+        node.name = fresh_name(taken, prefix)
+    return _shuffled(variants), real.name, [(t.name, kind) for t in twins]
+
+
+# -- files ------------------------------------------------------------------------------------------------------
+
+def _find(tree: ast.Module, parts: list[str]) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, ast.ClassDef | None] | None:
+    """The test function at ``Class::name`` or ``name`` (a top-level class only), and its class."""
+    body, owner = tree.body, None
+    if len(parts) == 2:
+        owner = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == parts[0]), None)
+        if owner is None:
+            return None
+        body = owner.body
+    elif len(parts) != 1:
+        return None
+    found = [n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == parts[-1]]
+    return (found[-1], owner) if found else None
+
+
+def _span(func: ast.AST, siblings: list[ast.stmt]) -> tuple[int, int] | None:
+    """The lines ``(first, last)`` of ``func`` with its decorators, when no sibling statement shares them."""
+    first = min([func.lineno] + [d.lineno for d in func.decorator_list])
+    last = func.end_lineno
+    for other in siblings:
+        if other is not func and other.lineno <= last and (other.end_lineno or other.lineno) >= first:
+            return None
+    return first, last
+
+
+def _indented(text: str, indent: str) -> list[str]:
+    return [(indent + line) if line.strip() else "" for line in text.split("\n")]
+
+
+def twin_source(source: str, test_ids: list[str], taken: set[str] | None = None) -> tuple[
+        str, dict[str, tuple[str, list[tuple[str, str]]]]] | None:
+    """``source`` with each test of ``test_ids`` (``path::[Class::]name`` in this file) replaced by its variants.
+
+    Returns ``(new source, {task test id: (real's new ``[Class::]name``, [(twin ``[Class::]name``, kind)])})``
+    for the tests that got twins; None when the source does not parse.
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    taken = set(taken or ()) | {n.name for n in ast.walk(tree) if isinstance(n, (
+        ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))} | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    lines = source.split("\n")
+    edits: list[tuple[int, int, list[str]]] = []
+    made: dict[str, tuple[str, list[tuple[str, str]]]] = {}
+    done: dict[int, tuple[str, list[tuple[str, str]]]] = {}
+    for test_id in test_ids:
+        rest = test_id.split("::", 1)[1].split("[", 1)[0] if "::" in test_id else ""
+        found = _find(tree, rest.split("::")) if rest else None
+        if found is None:
+            continue
+        func, owner = found
+        if id(func) in done:  # another parameter of the same test
+            made[test_id] = done[id(func)]
+            continue
+        span = _span(func, owner.body if owner else tree.body)
+        group = twin_group(func, taken) if span else None
+        if group is None:
+            continue
+        variants, real_name, twins = group
+        scope = f"{owner.name}::" if owner else ""
+        indent = " " * func.col_offset
+        text: list[str] = []
+        for i, (node, _) in enumerate(variants):
+            if i:
+                text += [""] * (1 if owner else 2)
+            text += _indented(ast.unparse(ast.fix_missing_locations(node)), indent)
+        edits.append((span[0], span[1], text))
+        done[id(func)] = made[test_id] = (scope + real_name, [(scope + name, kind) for name, kind in twins])
+    for first, last, text in sorted(edits, reverse=True):
+        lines[first - 1:last] = text
+    return "\n".join(lines), made
+
+
+# -- per runner -------------------------------------------------------------------------------------------------
+
+def _django_module(path: str) -> str:
+    """The module Django's runner imports a file under ``tests/`` as: ``tests/foo/test_x.py`` -> ``foo.test_x``."""
+    path = path[len("tests/"):] if path.startswith("tests/") else path
+    return path[:-3].replace("/", ".") if path.endswith(".py") else path.replace("/", ".")
+
+
+def _reported(path: str, scoped: str, runner: str) -> str:
+    """The runner's id of ``Class::name`` / ``name`` in ``path``."""
+    if runner != "django":
+        return f"{path}::{scoped}"
+    owner, _, name = scoped.rpartition("::")
+    return f"{name} ({_django_module(path)}{'.' + owner if owner else ''})"
+
+
+def _locations(test_ids: list[str], runner: str, test_files: list[str]) -> dict[str, list[str]]:
+    """``{task test id: [path::[Class::]name ...]}``: where each graded test can be found."""
+    if runner == "pytest":
+        return {tid: [tid] for tid in test_ids if "::" in tid}
+    if runner == "django":
+        from repogym.envs.rewards.ids import django_id
+        found = {}
+        for tid in test_ids:
+            canonical = django_id(tid)
+            if canonical:
+                name, dotted = canonical[:-1].split(" (", 1)
+                module, _, owner = dotted.rpartition(".")
+                found[tid] = [f"tests/{module.replace('.', '/')}.py::{owner}::{name}"]
+        return found
+    # sympy: a bare name is every function of that name in the files the run covers.
+    return {tid: ([tid] if "::" in tid else [f"{p}::{tid}" for p in test_files]) for tid in test_ids}
+
+
+def _described(sandbox: Sandbox, lines: list[str], test_files: list[str]) -> dict[str, list[str]]:
+    """``{docstring line: [path::Class::name ...]}``: the test methods in ``test_files`` whose docstring's first
+    line (as unittest prints it) is one of ``lines``."""
+    found: dict[str, list[str]] = {}
+    for path in test_files if lines else []:
+        try:
+            tree = ast.parse(sandbox.read_file(path, limit=64 << 20).decode("utf-8"))
+        except (FileNotFoundError, UnicodeDecodeError, OSError, SyntaxError, ValueError):
+            continue
+        for owner in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+            for func in (n for n in owner.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+                doc = (ast.get_docstring(func) or "").strip().split("\n")[0].strip()
+                if doc in lines:
+                    found.setdefault(doc, []).append(f"{path}::{owner.name}::{func.name}")
+    return found
+
+
+def _own_file(folder: PurePosixPath, runner: str) -> tuple[str, str, Twin]:
+    """``(path, source, twin)`` of a must-fail test in a test file of its own, in ``folder``."""
+    name = fresh_name(set())
+    path = str(folder / f"{name}.py")
+    a = secrets.randbelow(900) + 100
+    if runner == "django":
+        owner = fresh_name(set(), "_").title().replace("_", "") + "Tests"
+        source = (f"import unittest\n\n\nclass {owner}(unittest.TestCase):\n    def {name}(self):\n"
+                  f"        assert {a} == {a + 1}\n")
+        return path, source, Twin(f"{name} ({_django_module(path)}.{owner})", None, "must_fail")
+    return path, f"def {name}():\n    assert {a} == {a + 1}\n", Twin(f"{path}::{name}", None, "must_fail")
+
+
+def plant_twins(sandbox: Sandbox, fail_to_pass: list[str], pass_to_pass: list[str] = (), *, runner: str = "pytest",
+                test_files: list[str] | None = None) -> TwinPlan:
+    """Rewrite the graded tests in ``sandbox`` into their variants; the :class:`TwinPlan` to read the run with.
+
+    Every FAIL_TO_PASS test and :data:`PASS_TO_PASS_SAMPLE` PASS_TO_PASS tests drawn at random get twins.
+    ``runner`` says how ids read (``envs/sandbox/testrun.py``); ``test_files``: the files the run covers (sympy's
+    bare names are looked for there).
+    """
+    test_files = list(test_files or [])
+    sample = _shuffled([t for t in dict.fromkeys(pass_to_pass) if t not in fail_to_pass])[:PASS_TO_PASS_SAMPLE]
+    graded = list(dict.fromkeys(fail_to_pass)) + sample
+    where = _locations(graded, runner, test_files)
+    if runner == "django":  # an id that is a docstring's first line: the methods of the run's files it describes
+        where.update(_described(sandbox, [t for t in graded if t not in where], test_files))
+    by_file: dict[str, list[str]] = {}
+    for locations in where.values():
+        for location in locations:
+            by_file.setdefault(location.split("::", 1)[0], []).append(location)
+    plan = TwinPlan()
+    covered: set[str] = set()
+    for path, locations in by_file.items():
+        if not path.endswith(".py"):
+            continue
+        try:
+            source = sandbox.read_file(path, limit=64 << 20).decode("utf-8")
+        except (FileNotFoundError, UnicodeDecodeError, OSError):
+            continue
+        planted = twin_source(source, list(dict.fromkeys(locations)))
+        if not planted or not planted[1]:
+            continue
+        new_source, made = planted
+        sandbox.write_file(path, new_source.encode())
+        for location, (real, twins) in made.items():
+            covered.add(location)
+            real_id = _reported(path, real, runner)
+            original = _reported(path, location.split("::", 1)[1].split("[", 1)[0], runner)
+            plan.renamed[real_id] = original
+            plan.twins.extend(Twin(_reported(path, name, runner), real_id, kind) for name, kind in twins)
+    plan.twins = list({t.test_id: t for t in plan.twins}.values())
+    plan.unprotected = [tid for tid in fail_to_pass if not any(loc in covered for loc in where.get(tid, []))]
+    if not plan.twins:  # an honest run must still fail something (the exit status and summary guards)
+        first = next(iter(where.get(fail_to_pass[0], [])), None) if fail_to_pass else None
+        first = first or (test_files[0] if test_files else None)
+        folder = PurePosixPath(first.split("::", 1)[0]).parent if first else PurePosixPath(
+            "tests" if runner == "django" else ".")
+        path, source, twin = _own_file(folder, runner)
+        sandbox.write_file(path, source.encode())
+        plan.twins.append(twin)
+        plan.files.append(path)
+    return plan
