@@ -16,7 +16,10 @@ empty. Paths in ``SandboxConfig.hidden_paths`` (and the project, the cache and t
 covered with empty mounts wherever they fall inside what is mounted. Every command runs in a PID namespace
 of its own, nested in the sandbox's, so ``kill -9 -1`` cannot reach the runner.
 Limits: process count, memory and CPU through a cgroup of the sandbox's own (:mod:`repogym.envs.sandbox.cgroups`)
-when this process may make one (root, or a delegated cgroup tree); otherwise none, and ``limits`` says so.
+when this process may make one (root, or a delegated cgroup tree); otherwise rlimits set by the launcher
+(:mod:`repogym.envs.sandbox.local_launch`): processes (``RLIMIT_NPROC``: the uid's count at start plus ``pids``,
+shared with everything else of that uid), address space per process (``memory``), file size and open files per
+process; no CPU limit and no limit on the memory of all processes together. ``limits`` says which holds.
 Files of /etc the world may not read (``/etc/shadow``, keys) are covered with empty ones. Does not isolate:
 the kernel, and read access to the system folders (so a package installed there system-wide, say the
 original of the project under test, is visible: ``repogym validate`` checks for that).
@@ -54,6 +57,23 @@ LAUNCHER = Path(__file__).resolve().parent / "local_launch.py"
 STAGE_DIR = Path("/run/repogym-stage")  # mounted over, privately, by the launcher; never written on the host
 # The writable places of a local sandbox, each its own size-limited tmpfs (home is /tmp).
 LOCAL_WRITABLE = {"/repo": WRITABLE["/repo"], "/tmp": WRITABLE["/tmp"], "/dev/shm": "64m"}
+OPEN_FILES = 4096  # RLIMIT_NOFILE of each process in a sandbox without a cgroup
+
+
+def _rlimits_of(pid: int) -> dict[str, int | None]:
+    """The rlimits bubblewrap (``pid``) runs under, as ``limits`` reports them (``None``: unlimited or unread)."""
+    names = {"Max processes": "nproc", "Max address space": "address_space", "Max file size": "file_size",
+             "Max open files": "open_files"}
+    found: dict[str, int | None] = dict.fromkeys(names.values())
+    try:
+        with open(f"/proc/{pid}/limits") as fh:
+            for line in fh:
+                for label, key in names.items():
+                    if line.startswith(label) and line.split()[len(label.split())].isdigit():
+                        found[key] = int(line.split()[len(label.split())])
+    except OSError:
+        pass
+    return found
 
 
 def available() -> str | None:
@@ -121,12 +141,18 @@ class LocalSandbox(RunnerClient):
             raise SandboxUnavailable("sandbox.local", why)
         self.name = f"{self.config.run_id}-{uuid.uuid4().hex[:8]}"
         self.cgroup: Cgroup | None = None
+        rlimits = None
         try:
             self.cgroup = Cgroup(self.name, pids=self.config.pids, memory=parse_bytes(self.config.memory),
                                  cpus=self.config.cpus)
-            self.limits = {"pids": self.config.pids, "memory": self.config.memory, "cpus": self.config.cpus}
+            self.limits = {"via": "cgroup", "pids": self.config.pids, "memory": self.config.memory,
+                           "cpus": self.config.cpus}
         except OSError as exc:
-            self.limits = {"none": f"no cgroup could be made here ({exc}); processes, memory and CPU are unlimited"}
+            # No cgroup: per-process rlimits instead (the launcher sets them; what they came to is read back below).
+            rlimits = {"pids": self.config.pids, "memory": parse_bytes(self.config.memory),
+                       "file_size": parse_bytes(LOCAL_WRITABLE["/repo"]), "open_files": OPEN_FILES}
+            self.limits = {"via": "rlimit", "why": f"no cgroup could be made here ({exc})",
+                           "note": "per process, but for nproc (every task of the uid); no CPU limit"}
         python_prefix = Path(python_env or ensure_local_env({})).resolve()
         binds: dict[str, str] = {}  # placeholder -> host folder, staged by the launcher when run as root
 
@@ -190,7 +216,7 @@ class LocalSandbox(RunnerClient):
             cmd += ["--setenv", key, value]
         cmd += [f"{ENV_MOUNT}/bin/python", "-I", f"{INSIDE_MOUNT}/runner.py", REPO_DIR]
         spec = {"procs": self.cgroup.procs_files if self.cgroup is not None else [], "binds": binds,
-                "stage": str(STAGE_DIR), "uid": HOST_UID if os.geteuid() == 0 else None}
+                "stage": str(STAGE_DIR), "uid": HOST_UID if os.geteuid() == 0 else None, "rlimits": rlimits}
         if os.geteuid() == 0:
             STAGE_DIR.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-I", str(LAUNCHER), json.dumps(spec), "--", *cmd]
@@ -212,6 +238,8 @@ class LocalSandbox(RunnerClient):
             self.close()
             raise SandboxError("sandbox.local.start", f"the sandbox did not start ({exc.message}): "
                                                       f"{err.strip() or 'no message'}") from exc
+        if rlimits is not None:
+            self.limits.update(_rlimits_of(self._proc.pid))
 
     def _send(self, data: bytes) -> None:
         self._proc.stdin.write(data)

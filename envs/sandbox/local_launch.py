@@ -8,14 +8,25 @@ cannot reach (an interpreter under ``/root``, mode 700) are first bind-mounted, 
 to this launcher, onto a staging tmpfs it can reach; bubblewrap mounts them from there. Nothing of this is
 visible on the host.
 
+Where the sandbox has no cgroup (repogym not run as root, or no writable cgroup tree), the spec's ``rlimits``
+are set on the launcher, so on bubblewrap and everything in the sandbox, with hard limits equal to soft
+ones (no process inside can raise them): ``RLIMIT_AS`` (each process's address space: a memory hog gets
+``MemoryError`` or a failed ``mmap``), ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE`` (per process), and
+``RLIMIT_NPROC``. The kernel counts RLIMIT_NPROC over every task (threads included) of the real uid, in and
+out of the sandbox, so it is set to the number that uid runs now plus the sandbox's own limit: the
+sandbox may start about ``pids`` more, but other sandboxes and processes of the same uid share the count
+(more of theirs leave it less room; when some end, it gets more).
+
 Usage: ``python -I local_launch.py SPEC_JSON -- bwrap ARGS...`` where the spec is
-``{"procs": [cgroup.procs files], "stage": DIR, "binds": {"@STAGE<i>@": source}, "uid": UID}``; each
+``{"procs": [cgroup.procs files], "stage": DIR, "binds": {"@STAGE<i>@": source}, "uid": UID, "rlimits":
+{"pids": N, "memory": BYTES, "file_size": BYTES, "open_files": N}}`` (``rlimits`` only without a cgroup); each
 ``@STAGE<i>@`` placeholder in the arguments is replaced by the staged path of its source.
 """
 
 import ctypes
 import json
 import os
+import resource
 import shutil
 import sys
 
@@ -48,6 +59,34 @@ def _stage(spec, argv):
     return [staged.get(arg, arg) for arg in argv]
 
 
+def tasks_of(uid):
+    """How many tasks (threads count: RLIMIT_NPROC counts them) run with the real uid ``uid`` now."""
+    count = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as fh:
+                fields = dict(line.split(":", 1) for line in fh if ":" in line)
+            if int(fields["Uid"].split()[0]) == uid:
+                count += int(fields["Threads"])
+        except (OSError, KeyError, ValueError):
+            pass  # gone already
+    return count
+
+
+def set_rlimits(limits):
+    """Set the sandbox's rlimits on this process (see the module docstring); hard limits only ever lowered."""
+    wanted = {resource.RLIMIT_NPROC: tasks_of(os.getuid()) + int(limits["pids"]),
+              resource.RLIMIT_AS: int(limits["memory"]), resource.RLIMIT_FSIZE: int(limits["file_size"]),
+              resource.RLIMIT_NOFILE: int(limits["open_files"])}
+    for which, value in wanted.items():
+        _, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(which, (value, value))
+
+
 def main():
     spec = json.loads(sys.argv[1])
     argv = sys.argv[sys.argv.index("--") + 1:]
@@ -64,6 +103,8 @@ def main():
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)  # for good: no saved uid to return to
+    if spec.get("rlimits"):  # after the drop: RLIMIT_NPROC counts the uid bubblewrap will run as
+        set_rlimits(spec["rlimits"])
     argv = [spec.get("binds", {}).get(arg, arg) for arg in argv]  # not staged (not root): the sources themselves
     os.execv(program, argv)
 

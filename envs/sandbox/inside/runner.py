@@ -8,7 +8,12 @@ writes confined to the repository, loading a snapshot as a fresh one-commit repo
 
 A reset puts back the whole ``.git`` as :func:`load` left it (kept in this process's memory), not just the
 files: commits, branches, tags, stash, notes, reflog entries and loose objects an episode made (its own
-attempts at the fix among them) never reach the next episode.
+attempts at the fix among them) never reach the next episode. Nor does the tree's metadata: :func:`load`
+records every path's mode and owner and sets its timestamps to fixed ones (:data:`BASE_MTIME_NS`,
+:data:`BASE_ATIME_NS`); reset and load put those back and remove every extended attribute (ACLs among them),
+on files and folders alike, the repository's root included (:func:`_put_back_metadata`). What they cannot put
+back: inode numbers and change times (``st_ctime``), which the kernel alone sets: a path an episode changed
+shows a newer ctime and, where reset had to write it again, a new inode number.
 
 Out of the agent's reach: under docker it is started as root and keeps root as its real and saved uid
 (its effective uid is the agent's, so the files it writes are the agent's), while every command runs
@@ -58,7 +63,18 @@ GIT_KEEP_DIRS = {"objects", "refs", "logs"}
 BASE_TAG = "repogym-base"
 INSTALL_DIR = ".repogym-install"  # where a task's install step puts what pip makes (see _install)
 INSTALL_TIMEOUT = 900.0
-_BASE = {"commit": None, "git": None, "config": None}  # base commit id, tar of the pristine .git, its config
+# base commit id, tar of the pristine .git, its config, and the tree's metadata (see _put_back_metadata)
+_BASE = {"commit": None, "git": None, "config": None, "meta": {}}
+# Every path of the tree gets these times at load and back at reset: one modification time, so nothing shows
+# when the base was loaded or what an episode touched; an access time in the future, which the kernel's
+# default `relatime` never moves on a read (a read then leaves no trace to put back; `touch -a` is put back).
+BASE_MTIME_NS = 946684800 * 10**9  # 2000-01-01T00:00:00Z
+BASE_ATIME_NS = 4102444800 * 10**9  # 2100-01-01T00:00:00Z
+# (inode, ctime) of each path after the last metadata pass: any change since (mode, owner, xattr, content,
+# times) moves ctime, which no process can set, so only paths whose pair differs need more than their lstat.
+# (ctime may tick coarsely, a few ms; the agent's first command after a reset starts much later than that.)
+_SETTLED = {}
+_SCRATCH_MODES = {}  # each scratch folder's mode when first seen (before any command of the agent's)
 LIBC = ctypes.CDLL(None, use_errno=True)
 AGENT = {"uid": None, "prefix": []}  # the uid commands run as; the nested-namespace launcher, if any
 
@@ -296,6 +312,10 @@ def load(req):
         # The commit the install ran on is gone from history: drop it from the store too (the base is one commit).
         _git("reflog", "expire", "--expire=now", "--all")
         _git("prune", "--expire=now")
+    _BASE["meta"] = _record_metadata()
+    # The index holds each file's stat data from before the times changed: refresh it, or every later git call
+    # would read every file again to find them unchanged.
+    _git("update-index", "-q", "--refresh", check=False)
     _git("tag", BASE_TAG)
     _BASE["commit"], _BASE["git"] = _git("rev-parse", "HEAD").strip(), _tar_of(os.path.join(ROOT, ".git"))
     with open(os.path.join(ROOT, ".git", "config"), "rb") as fh:
@@ -369,6 +389,14 @@ def _clean_scratch(folders):
                     _remove(os.path.join(scratch, name))
                 except OSError:
                     pass
+            # The folder itself (mode, extended attributes, times) is a channel too: as at its first sight.
+            try:
+                mode = _SCRATCH_MODES.setdefault(scratch, stat.S_IMODE(os.lstat(scratch).st_mode))
+                _strip_xattrs(scratch)
+                os.chmod(scratch, mode)
+                os.utime(scratch, ns=(BASE_ATIME_NS, BASE_MTIME_NS))
+            except OSError:
+                pass
     if _ipc_objects() and shutil.which("ipcrm"):
         subprocess.run(AGENT["prefix"] + ["ipcrm", "--all"], capture_output=True, preexec_fn=_as_agent, timeout=30)
 
@@ -382,11 +410,93 @@ def reset(req):
     try:
         _restore_git()
         _git_chain([["reset", "-q", "--hard", _BASE["commit"]], ["clean", "-q", "-ffdx"]])
+        _put_back_metadata()
     except (RuntimeError, OSError):  # a full disk, say: start from an empty folder and check the base out
         _clear(ROOT)
         _restore_git()
         _git("reset", "-q", "--hard", _BASE["commit"])
+        _put_back_metadata()
     return {"killed": killed}
+
+
+def _tree_entries(folder, rel):
+    """``(full path, path relative to ROOT, lstat)`` of every path under ``folder``, children before their
+    folder (fixing a child leaves its folder's times alone), links never followed, ``.git`` left out (reset
+    puts it back whole)."""
+    with os.scandir(folder) as entries:
+        children = [(entry.path, os.path.join(rel, entry.name) if rel != "." else entry.name,
+                     entry.stat(follow_symlinks=False)) for entry in entries if not (rel == "." and entry.name == ".git")]
+    for full, child, st in children:
+        if stat.S_ISDIR(st.st_mode):
+            yield from _tree_entries(full, child)
+        yield full, child, st
+
+
+def _strip_xattrs(path):
+    """Remove every extended attribute of ``path`` (a POSIX ACL is one); True if any was there. Those this
+    process may not remove (``security.*`` a host set) stay, as they were at load."""
+    try:
+        names = os.listxattr(path, follow_symlinks=False)
+    except OSError:  # a file system without them
+        return False
+    for name in names:
+        try:
+            os.removexattr(path, name, follow_symlinks=False)
+        except OSError:
+            pass
+    return bool(names)
+
+
+def _set_times(path, st):
+    """Give ``path`` the fixed times unless ``st`` (its lstat) shows them already; True if it did."""
+    if st.st_mtime_ns == BASE_MTIME_NS and st.st_atime_ns == BASE_ATIME_NS:
+        return False
+    os.utime(path, ns=(BASE_ATIME_NS, BASE_MTIME_NS), follow_symlinks=False)
+    return True
+
+
+def _record_metadata():
+    """At load: strip every extended attribute, set the fixed times; each path's ``[mode, uid, gid]`` as it is."""
+    meta = {}
+    _SETTLED.clear()
+    for full, rel, st in [*_tree_entries(ROOT, "."), (ROOT, ".", os.lstat(ROOT))]:
+        _strip_xattrs(full)
+        _set_times(full, st)
+        meta[rel] = [st.st_mode, st.st_uid, st.st_gid]
+        done = os.lstat(full)
+        _SETTLED[rel] = (done.st_ino, done.st_ctime_ns)
+    return meta
+
+
+def _put_back_metadata():
+    """After git put the base's content back: every path's mode, owner and times as :func:`load` recorded them,
+    no extended attribute, and the base's folders git does not keep (empty ones) made again. A path whose
+    inode and ctime are those the last pass left is only checked for its times (a read could have moved its
+    access time, on a file system mounted `strictatime`); the rest are looked at in full."""
+    meta = _BASE["meta"] or {}
+    for rel in sorted(r for r, (mode, _, _) in meta.items() if stat.S_ISDIR(mode)):
+        full = os.path.join(ROOT, rel)
+        if not os.path.lexists(full):
+            os.mkdir(full, 0o700)
+    settled = {}
+    for full, rel, st in [*_tree_entries(ROOT, "."), (ROOT, ".", os.lstat(ROOT))]:
+        changed = _SETTLED.get(rel) != (st.st_ino, st.st_ctime_ns)
+        if changed:
+            base = meta.get(rel)
+            stripped = _strip_xattrs(full)
+            if base is not None:
+                mode, uid, gid = base
+                if stat.S_IFMT(st.st_mode) != stat.S_IFMT(mode):
+                    raise RuntimeError(f"{rel} is not what the base has there")  # start again from an empty tree
+                if (st.st_uid, st.st_gid) != (uid, gid):
+                    os.lchown(full, uid, gid)  # (the agent cannot chown; if it could, this fails: start again)
+                if not stat.S_ISLNK(mode) and (stripped or stat.S_IMODE(st.st_mode) != stat.S_IMODE(mode)):
+                    os.chmod(full, stat.S_IMODE(mode))
+        if _set_times(full, st) or changed:
+            st = os.lstat(full)
+        settled[rel] = (st.st_ino, st.st_ctime_ns)
+    _SETTLED.clear()
+    _SETTLED.update(settled)
 
 
 # Scratch folders a fork cannot copy: POSIX message queues live in their own file system, not as files.
@@ -479,6 +589,8 @@ def import_state(req):
     _BASE["commit"] = base["commit"]
     _BASE["git"] = base64.b64decode(base["git"]) if base.get("git") else None
     _BASE["config"] = base64.b64decode(base["config"]) if base.get("config") else None
+    _BASE["meta"] = base.get("meta") or {}
+    _SETTLED.clear()  # another file system: every path is looked at in full on the next reset
     return {"killed": killed}
 
 
