@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 LABEL = "repogym"
 AGENT_UID = 1000  # the image's `agent` user; owns the tmpfs folders
+STAGE_DIR = "/run/repogym"  # inside/runner.py STAGE_ROOT
 
 
 def container_labels(run_id: str) -> dict[str, str]:
@@ -78,8 +79,10 @@ class DockerSandbox(RunnerClient):
                 network_mode="none", mem_limit=self.config.memory, memswap_limit=self.config.memory,
                 nano_cpus=int(self.config.cpus * 1e9), pids_limit=self.config.pids, user="root",
                 working_dir=repo_dir, init=True, read_only=True,
-                tmpfs={path: f"rw,exec,size={size},uid={AGENT_UID},gid={AGENT_UID},mode=0755"
-                       for path, size in writable.items()},
+                tmpfs={**{path: f"rw,exec,size={size},uid={AGENT_UID},gid={AGENT_UID},mode=0755"
+                          for path, size in writable.items()},
+                       # Root's, where test runs are staged (inside/runner.py `stage`): the agent cannot fill or chmod it.
+                       STAGE_DIR: f"rw,noexec,nosuid,nodev,size={WRITABLE['/tmp']},mode=0711"},
                 # SETUID/SETGID only so the root runner can take the agent's uid; commands have no capability.
                 cap_drop=["ALL"], cap_add=["SETUID", "SETGID"], security_opt=["no-new-privileges"],
                 environment={"HOME": "/home/agent", "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8",

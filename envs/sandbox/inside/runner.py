@@ -644,6 +644,40 @@ def _staged(final):
         return _git_chain(chain)
 
 
+STAGE_ROOT = "/run/repogym"  # docker: a root-owned tmpfs (mode 0711) the agent can neither list, fill nor chmod
+
+
+def _as_root(fn, *args):
+    """``fn(*args)`` with the effective uid root (the saved uid, see _harden), then the agent's again."""
+    os.seteuid(0)
+    try:
+        return fn(*args)
+    finally:
+        os.seteuid(AGENT["uid"])
+
+
+def stage(req):
+    """A fresh folder for one test run in STAGE_ROOT, where the agent's commands cannot write: the harness stages
+    its launcher there whatever the agent did to /tmp. Root makes it and opens it to the run (whose processes,
+    the agent's, write the report there); earlier runs' folders are removed first. ``{"folder": None}`` where
+    there is no such place (the local backend: the agent's uid is the runner's)."""
+    nonce = str(req.get("nonce", ""))
+    if AGENT["uid"] is None or not nonce.isalnum() or not os.path.isdir(STAGE_ROOT):
+        return {"folder": None}
+    for name in _as_root(os.listdir, STAGE_ROOT):
+        old = os.path.join(STAGE_ROOT, name)
+        try:  # what is in it is the agent's (removed as the agent); the folder is root's
+            for entry in os.listdir(old):
+                _remove(os.path.join(old, entry))
+            _as_root(os.rmdir, old)
+        except OSError:
+            pass
+    folder = os.path.join(STAGE_ROOT, f".repogym-{nonce}")
+    _as_root(os.mkdir, folder, 0o700)
+    _as_root(os.chmod, folder, 0o777)  # root lacks CAP_CHOWN here: opened, in a parent only root can list
+    return {"folder": folder}
+
+
 def diff(req):
     """The working tree against the base, new files included, as a git patch."""
     return {"diff": _staged(["diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-color",
@@ -656,6 +690,7 @@ def tree(req):
 
 
 OPS = {"run": run, "tree": tree, "read": read, "write": write, "load": load, "reset": reset, "diff": diff,
+       "stage": stage,
        "export_state": export_state, "import_state": import_state,
        "ping": lambda req: {"pid": os.getpid(), **HARDENED}}
 HARDENED = {}
