@@ -26,7 +26,17 @@ def test_validate_one_task_from_a_file(tmp_path, capsys, tiny_task):
     path = tmp_path / "tiny.jsonl"
     path.write_text(json.dumps(tiny_task.to_dict()) + "\n")
     assert main(["validate", "--tasks", str(path), "--sandbox", "local"]) == 0
-    assert "1/1 tasks valid" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1/1 tasks valid" in out and "twins 1/1 F2P" in out
+    assert "twins: 1/1 FAIL_TO_PASS tests (100.0%) have a must-fail twin; 0 unprotected in 0 task(s)" in out
+    # A hidden test no twin can be made for (it expects nothing) is named, and counted against the share.
+    bare = dict(tiny_task.to_dict(), instance_id="tiny__calc-bare",
+                test_patch=tiny_task.test_patch.replace("assert clamp(15, 0, 10) == 10", "clamp(15, 0, 10)"))
+    path.write_text(json.dumps(bare) + "\n")
+    main(["validate", "--tasks", str(path), "--sandbox", "local"])
+    out = capsys.readouterr().out
+    assert "no twin (unprotected): tests/test_hidden.py::test_clamp_above" in out
+    assert "twins: 0/1 FAIL_TO_PASS tests (0.0%) have a must-fail twin; 1 unprotected in 1 task(s)" in out
     bad = dict(tiny_task.to_dict(), PASS_TO_PASS=["tests/test_hidden.py::test_clamp_above"], FAIL_TO_PASS=[])
     path.write_text(json.dumps(bad) + "\n")
     # A task with no FAIL_TO_PASS test cannot fail: the file is refused before any sandbox starts.

@@ -1,6 +1,7 @@
 """Task validation: the gold patch resolves the task, the empty patch does not, no test is flaky, nothing leaks.
 
-Per task: grade the gold patch once and the empty patch three times (the baseline), and run the no-leak
+Per task: grade the gold patch once (which also says which FAIL_TO_PASS tests got no twin: :attr:`Validation.unprotected`)
+and the empty patch three times (the baseline), and run the no-leak
 check (:func:`repogym.envs.rewards.leaks.find_leaks`) in a sandbox made as an episode's would be. Problems found:
 gold not resolved; a FAIL_TO_PASS test passing at base; a PASS_TO_PASS test failing at base; a way to the
 fix inside the agent's sandbox (``leak: ...``); a gold patch in code the harness imports (the repository is
@@ -56,6 +57,11 @@ class Validation:
     duration_s: float = 0.0
     reasons: list[str] = field(default_factory=list)
     """The failed checks, each once, as keys of :data:`REASONS`; empty when ``ok``."""
+    fail_to_pass: int = 0
+    """The task's FAIL_TO_PASS tests."""
+    unprotected: list[str] = field(default_factory=list)
+    """FAIL_TO_PASS tests the gold patch's grading could make no twin for (``envs/rewards/twins.py``): a forger
+    that fools the test process is caught there only by the run's other guards."""
 
     def fail(self, reason: str, problem: str) -> None:
         """Record ``problem`` under the check ``reason`` (a key of :data:`REASONS`)."""
@@ -82,6 +88,7 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
         result.duration_s = time.monotonic() - start
         return result
     gold = grade(task, task.patch, make_sandbox)
+    result.fail_to_pass, result.unprotected = len(task.FAIL_TO_PASS), list(gold.unprotected)
     if gold.status == Status.INFRA_ERROR and gold.error["where"] == "sandbox.install":
         result.fail("env_build", f"the install steps failed: {gold.error['message'][-1000:]}")
         result.duration_s = time.monotonic() - start

@@ -1,5 +1,6 @@
 """``repogym validate``: prove that each task's gold patch resolves it, the empty patch does not, and that a
-fresh agent sandbox holds no way to the fix (the no-leak check)."""
+fresh agent sandbox holds no way to the fix (the no-leak check); print the share of FAIL_TO_PASS tests that
+grading guards with must-fail twins (``envs/rewards/twins.py``), and name the ones it cannot."""
 
 from __future__ import annotations
 
@@ -71,13 +72,16 @@ def run(args) -> int:
     def show(v):
         with lock:
             done[v.instance_id] = {"instance_id": v.instance_id, "ok": v.ok, "reasons": v.reasons,
-                                   "problems": v.problems, "infra_errors": v.infra_errors}
+                                   "problems": v.problems, "infra_errors": v.infra_errors,
+                                   "fail_to_pass": v.fail_to_pass, "unprotected": v.unprotected}
             if args.results:
                 with open(args.results, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(done[v.instance_id]) + "\n")
             mark = "ok  " if v.ok else ("INFRA" if v.infra_errors else "FAIL")
-            print(f"[{len(done)}/{total}] {mark} {v.instance_id} ({v.duration_s:.1f}s)", flush=True)
-            for line in v.problems + [f"flaky: {t}" for t in v.flaky] + v.infra_errors:
+            twinned = f"twins {v.fail_to_pass - len(v.unprotected)}/{v.fail_to_pass} F2P, " if v.fail_to_pass else ""
+            print(f"[{len(done)}/{total}] {mark} {v.instance_id} ({twinned}{v.duration_s:.1f}s)", flush=True)
+            for line in v.problems + [f"flaky: {t}" for t in v.flaky] + v.infra_errors + [
+                    f"no twin (unprotected): {t}" for t in v.unprotected]:
                 print(f"     {line}", flush=True)
 
     skipped = f" ({total - len(tasks)} already in {args.results})" if total > len(tasks) else ""
@@ -86,8 +90,21 @@ def run(args) -> int:
                               agent_factory_for=lambda task: factory_for(task, agent=True))
     flaky = sum(len(v.flaky) for v in verdicts)
     print(f"{sum(r['ok'] for r in done.values())}/{len(done)} tasks valid; {flaky} flaky test(s) this run")
+    print(twin_share(done.values()))
     _print_table(done)
     return 1 if any(not r["ok"] for r in done.values()) else 0
+
+
+def twin_share(results) -> str:
+    """How much of the suite's FAIL_TO_PASS stands guarded by twins (tasks graded without the share are left out)."""
+    counted = [r for r in results if r.get("fail_to_pass")]
+    total = sum(r["fail_to_pass"] for r in counted)
+    bare = sum(len(r.get("unprotected", [])) for r in counted)
+    if not total:
+        return "twins: no FAIL_TO_PASS test graded"
+    tasks = sum(bool(r.get("unprotected")) for r in counted)
+    return (f"twins: {total - bare}/{total} FAIL_TO_PASS tests ({100 * (total - bare) / total:.1f}%) have a must-fail "
+            f"twin; {bare} unprotected in {tasks} task(s)")
 
 
 def _read_results(path: str) -> dict[str, dict]:
