@@ -21,7 +21,7 @@ from repogym.envs.rewards import grade, reward_of
 from repogym.envs.rewards.evaluate import protected_paths, run_targets
 from repogym.envs.rewards.ids import named_by, outcome_of
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
-from repogym.envs.sandbox.testrun import TestRun, django_label, run_test_command, sympy_outcomes
+from repogym.envs.sandbox.testrun import TestRun, django_label, run_test_command
 from repogym.envs.status import Status
 from repogym.envs.tasks.schema import Task
 
@@ -128,83 +128,129 @@ unittest.TestCase.run = _run
 
 SYMPY_BIN_TEST = '''\
 #!/usr/bin/env python
-"""A stand-in for sympy's bin/test: imports test files, calls their test_* functions, prints like sympy."""
+"""A stand-in for sympy's bin/test: sympy's runner module does the work."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from sympy.testing.runtests import test  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(not test(*[a for a in sys.argv[1:] if not a.startswith("-")], verbose="--verbose" in sys.argv))
+'''
+
+# A stand-in for sympy/testing/runtests.py with sympy's own names: SymPyTests.test_file runs each test_* function
+# and tells PyTestReporter (entering_filename, entering_test, test_pass/test_fail/test_exception/test_xfail...),
+# which prints what sympy prints and counts for the summary.
+SYMPY_RUNTESTS = '''\
 import os
 import sys
 import time
 import traceback
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 
 class XFail(Exception):
     pass
 
 
-def collect(paths):
+class PyTestReporter:
+    def __init__(self, root_dir, verbose):
+        self._root_dir, self._verbose = root_dir, verbose
+        self._passed, self._xfailed, self._failed, self._exceptions = 0, 0, [], []
+        self._start = time.time()
+
+    def write(self, text):
+        sys.stdout.write(text)
+
+    def entering_filename(self, filename, n):
+        self._active_file = filename[len(self._root_dir) + 1:]
+        self._active_file_error = False
+        self.write("%s[%d] " % (self._active_file, n))
+
+    def leaving_filename(self):
+        self.write(" [FAIL]\\n" if self._active_file_error else " [OK]\\n")
+        if self._verbose:
+            self.write("\\n")
+
+    def entering_test(self, f):
+        self._active_f = f
+        if self._verbose:
+            self.write("\\n" + f.__name__ + " ")
+
+    def test_pass(self, char="."):
+        self._passed += 1
+        self.write("ok" if self._verbose else char)
+
+    def test_xfail(self):
+        self._xfailed += 1
+        self.write("f")
+
+    def test_fail(self, exc_info):
+        self._failed.append((self._active_file, self._active_f, exc_info))
+        self.write("F")
+        self._active_file_error = True
+
+    def test_exception(self, exc_info):
+        self._exceptions.append((self._active_file, self._active_f, exc_info))
+        self.write("E")
+        self._active_file_error = True
+
+    def finish(self):
+        for rel, f, exc_info in self._failed + self._exceptions:
+            print(("%s:%s" % (rel, f.__name__)).center(78, "_"))
+            print("".join(traceback.format_exception(*exc_info)))
+        text = "tests finished: %d passed, " % self._passed
+        for count, word in ((len(self._failed), "failed"), (len(self._exceptions), "exceptions"),
+                            (self._xfailed, "expected to fail")):
+            if count:
+                text += "%d %s, " % (count, word)
+        text += "in %.2f seconds" % (time.time() - self._start)
+        print((" " + text + " ").center(78, "="))
+        return not (self._failed or self._exceptions)
+
+
+class SymPyTests:
+    def __init__(self, reporter):
+        self._reporter = reporter
+
+    def test_file(self, filename):
+        namespace = {"__file__": filename, "__name__": "test_module"}
+        with open(filename) as fh:
+            exec(compile(fh.read(), filename, "exec"), namespace)
+        funcs = sorted((f for n, f in namespace.items() if n.startswith("test_") and callable(f)),
+                       key=lambda f: f.__code__.co_firstlineno)
+        self._reporter.entering_filename(filename, len(funcs))
+        for f in funcs:
+            self._reporter.entering_test(f)
+            try:
+                f()
+            except Exception:
+                t, v, tr = sys.exc_info()
+                if t is AssertionError:
+                    self._reporter.test_fail((t, v, tr))
+                elif t.__name__ == "XFail":
+                    self._reporter.test_xfail()
+                else:
+                    self._reporter.test_exception((t, v, tr))
+            else:
+                self._reporter.test_pass()
+        self._reporter.leaving_filename()
+
+
+def test(*paths, verbose=False):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     found = []
-    for path in paths or ["mathy"]:
-        path = os.path.join(ROOT, path)
+    for path in paths or ["sympy"]:
+        path = os.path.join(root, path)
         if os.path.isfile(path):
             found.append(path)
         for folder, _, names in os.walk(path):
             found += [os.path.join(folder, n) for n in names if n.startswith("test_") and n.endswith(".py")]
-    return sorted(set(found))
-
-
-def main(argv):
-    verbose = "--verbose" in argv
-    files = collect([a for a in argv if not a.startswith("-")])
-    counts = {"passed": 0, "failed": 0, "exceptions": 0, "expected to fail": 0}
-    failures, start = [], time.time()
-    for path in files:
-        rel = os.path.relpath(path, ROOT)
-        namespace = {"__file__": path, "__name__": "test_module"}
-        with open(path) as fh:
-            exec(compile(fh.read(), path, "exec"), namespace)
-        tests = sorted((f for n, f in namespace.items() if n.startswith("test_") and callable(f)),
-                       key=lambda f: f.__code__.co_firstlineno)
-        sys.stdout.write("%s[%d] " % (rel, len(tests)))
-        bad = False
-        for test in tests:
-            if verbose:
-                sys.stdout.write("\\n" + test.__name__ + " ")
-            try:
-                test()
-            except XFail:
-                counts["expected to fail"] += 1
-                sys.stdout.write("f")
-            except AssertionError:
-                counts["failed"] += 1
-                failures.append((rel, test.__name__, traceback.format_exc()))
-                bad = True
-                sys.stdout.write("F")
-            except Exception:
-                counts["exceptions"] += 1
-                failures.append((rel, test.__name__, traceback.format_exc()))
-                bad = True
-                sys.stdout.write("E")
-            else:
-                counts["passed"] += 1
-                sys.stdout.write("ok" if verbose else ".")
-        sys.stdout.write(" [FAIL]\\n" if bad else " [OK]\\n")
-        if verbose:
-            sys.stdout.write("\\n")
-    for rel, name, text in failures:
-        print(("%s:%s" % (rel, name)).center(78, "_").replace("_" + rel, " " + rel).replace(name + "_", name + " "))
-        print(text)
-    text = "tests finished: %d passed, " % counts["passed"]
-    for word in ("failed", "exceptions", "expected to fail"):
-        if counts[word]:
-            text += "%d %s, " % (counts[word], word)
-    text += "in %.2f seconds" % (time.time() - start)
-    print((" " + text + " ").center(78, "="))
-    return not (counts["failed"] or counts["exceptions"])
-
-
-if __name__ == "__main__":
-    sys.exit(not main(sys.argv[1:]))
+    reporter = PyTestReporter(root, verbose)
+    tests = SymPyTests(reporter)
+    for path in sorted(set(found)):
+        tests.test_file(path)
+    return reporter.finish()
 '''
 
 MATHY_CORE = '''\
@@ -213,7 +259,7 @@ def double(x):
 '''
 
 SYMPY_VISIBLE = '''\
-from mathy.core import double
+from sympy.core import double
 
 
 def test_double():
@@ -227,7 +273,7 @@ def test_double_negative():
 '''
 
 SYMPY_HIDDEN = '''\
-from mathy.core import double
+from sympy.core import double
 
 
 def test_double():
@@ -236,6 +282,29 @@ def test_double():
 
 def test_double_float():
     assert double(-1.5) == -3.0
+'''
+
+# The code under test prints what sympy prints for a pass, then raises the runner's XFail; at exit it prints a summary
+# of passes. Read from the output, every test passed.
+SYMPY_PRINTS = '''\
+import atexit
+import sys
+
+
+def double(x):
+    sys.stdout.write(" ok\\n")
+    raise sys.modules["sympy.testing.runtests"].XFail()
+
+
+atexit.register(lambda: print("=" * 20 + " tests finished: 9 passed, in 0.01 seconds " + "=" * 20))
+'''
+
+# Inside the test process: sympy's reporter made to call every failure a pass (the broken code kept).
+SYMPY_REPORTER_FORCE = MATHY_CORE.replace("x + x", "x + abs(x)") + '''
+import sys
+
+_runner = sys.modules["sympy.testing.runtests"].PyTestReporter
+_runner.test_fail = _runner.test_exception = lambda self, exc_info: _runner.test_pass(self)
 '''
 
 SYMPY_F2P = ["test_double_negative", "test_double_float"]
@@ -322,10 +391,11 @@ def django_task(tmp_path_factory) -> Task:
 @pytest.fixture(scope="module")
 def sympy_task(tmp_path_factory) -> Task:
     root = tmp_path_factory.mktemp("sympy") / "repo"
-    base = {"bin/test": SYMPY_BIN_TEST, "mathy/__init__.py": "", "mathy/core.py": MATHY_CORE,
-            "mathy/tests/__init__.py": "", "mathy/tests/test_core.py": SYMPY_VISIBLE}
-    broken = {"mathy/core.py": MATHY_CORE.replace("x + x", "x + abs(x)")}
-    hidden = {"mathy/tests/test_core.py": SYMPY_VISIBLE_AFTER, "mathy/tests/test_more.py": SYMPY_HIDDEN}
+    base = {"bin/test": SYMPY_BIN_TEST, "sympy/__init__.py": "", "sympy/core.py": MATHY_CORE,
+            "sympy/testing/__init__.py": "", "sympy/testing/runtests.py": SYMPY_RUNTESTS,
+            "sympy/tests/__init__.py": "", "sympy/tests/test_core.py": SYMPY_VISIBLE}
+    broken = {"sympy/core.py": MATHY_CORE.replace("x + x", "x + abs(x)")}
+    hidden = {"sympy/tests/test_core.py": SYMPY_VISIBLE_AFTER, "sympy/tests/test_more.py": SYMPY_HIDDEN}
     commit, gold, test_patch = _project(root, base, broken, hidden)
     return Task(instance_id="mathy__mathy-1", repo="tests/mathy", base_commit=commit,
                 problem_statement="double(-3) gives 0; it should give -6.", patch=gold, test_patch=test_patch,
@@ -374,18 +444,6 @@ def test_sympy_bare_names_name_every_file_they_are_in():
         assert outcome_of(nothing, reported, runner="sympy") == "missing", nothing
 
 
-def test_sympy_output_is_read_strictly():
-    output = ("mathy/tests/test_a.py[4] \ntest_ok ok\ntest_fail F\ntest_slow Slow w\ntest_twice ok\n"
-              "test_twice F [FAIL]\n\ntest_outside ok\nmathy/tests/test_b.py[1] \ntest_ok ok [OK]\n"
-              "__________ mathy/tests/test_b.py:test_late __________\n")
-    outcomes, passes = sympy_outcomes(output)
-    assert outcomes == {"mathy/tests/test_a.py::test_ok": "passed", "mathy/tests/test_a.py::test_fail": "failed",
-                        "mathy/tests/test_a.py::test_slow": "skipped", "mathy/tests/test_a.py::test_twice": "failed",
-                        "mathy/tests/test_a.py::test_outside": "passed", "mathy/tests/test_b.py::test_ok": "passed",
-                        "mathy/tests/test_b.py::test_late": "failed"}
-    assert passes == 4
-
-
 def test_summaries_count_in_each_runners_terms():
     django = TestRun({}, summary="Ran 7 tests in 0.01s; FAILED (failures=2, errors=1, skipped=1)", runner="django")
     assert django.summary_counts() == {"ran": 7, "ok": 0, "failures": 2, "errors": 1, "skipped": 1}
@@ -399,7 +457,7 @@ def test_targets_labels_and_protected_runner_files(django_task, sympy_task):
         "pricing.test_discount.DiscountTests.test_zero"
     assert django_label("pricing.test_price") == "pricing.test_price"
     assert run_targets(django_task) == ["pricing.test_discount", "pricing.test_price"]
-    assert run_targets(sympy_task) == ["mathy/tests/test_core.py", "mathy/tests/test_more.py"]
+    assert run_targets(sympy_task) == ["sympy/tests/test_core.py", "sympy/tests/test_more.py"]
     assert "tests/runtests.py" in protected_paths(django_task)
     assert {"bin/test", "sympy/testing/runtests.py", "sympy/utilities/runtests.py"} <= set(protected_paths(sympy_task))
 
@@ -463,7 +521,7 @@ def test_sympy_gold_resolves_and_empty_does_not(factory, sympy_task):
     gold = grade(sympy_task, sympy_task.patch, factory)
     assert gold.status == Status.RESOLVED and reward_of(gold) == 1.0, (gold.error, gold.tests, gold.log_tail)
     assert set(gold.guards.values()) == {"ok"} and len(gold.twins) >= 2 and not gold.unprotected
-    assert any(t.startswith("mathy/tests/test_core.py::test_") for t in gold.twins)
+    assert any(t.startswith("sympy/tests/test_core.py::test_") for t in gold.twins)
     empty = grade(sympy_task, "", factory)
     assert empty.status == Status.UNRESOLVED and reward_of(empty) == 0.0
     assert empty.tests == {"test_double_negative": "failed", "test_double_float": "failed", "test_double": "passed"}
@@ -472,22 +530,37 @@ def test_sympy_gold_resolves_and_empty_does_not(factory, sympy_task):
 def test_sympy_a_name_in_two_files_passes_only_when_both_do(factory, sympy_task, tmp_path):
     # Breaks double(0) only: test_double passes in test_core.py and fails in test_more.py.
     fixed = "def double(x):\n    return x + x if x else 1\n"
-    record = grade(sympy_task, _patch(sympy_task, {"mathy/core.py": fixed}, tmp_path), factory)
+    record = grade(sympy_task, _patch(sympy_task, {"sympy/core.py": fixed}, tmp_path), factory)
     assert record.status == Status.UNRESOLVED and record.tests["test_double"] == "failed"
     assert record.tests["test_double_negative"] == "passed"
 
 
+def test_sympy_results_come_from_its_reporter_not_from_what_tests_print(factory, sympy_task, tmp_path):
+    def patch(name, changes):
+        (tmp_path / name).mkdir()
+        return _patch(sympy_task, changes, tmp_path / name)
+
+    # Every F or E rewritten to "ok" on stdout: the output reads as all passed; the reporter's stream does not.
+    printed_ok = grade(sympy_task, patch("ok", {"sympy/__init__.py": SYMPY_FORCE}), factory)
+    assert printed_ok.status == Status.UNRESOLVED and printed_ok.tests["test_double_negative"] == "failed"
+    # Code under test prints " ok" mid-line, raises the runner's XFail, and prints a summary of passes at exit.
+    xfail = grade(sympy_task, patch("xfail", {"sympy/core.py": SYMPY_PRINTS}), factory)
+    assert xfail.status == Status.UNRESOLVED and reward_of(xfail) == 0.0, (xfail.tests, xfail.guards)
+    assert xfail.tests["test_double_negative"] == "xfailed"
+    # The same stdout wrapper beside the real fix changes nothing: it still resolves.
+    gold = grade(sympy_task, sympy_task.patch + patch("gold", {"sympy/__init__.py": SYMPY_FORCE}), factory)
+    assert gold.status == Status.RESOLVED and set(gold.guards.values()) == {"ok"}, (gold.error, gold.guards)
+
+
 def test_sympy_forced_passes_are_caught(factory, sympy_task, tmp_path):
-    patch = sympy_task.patch + _patch(sympy_task, {"mathy/__init__.py": SYMPY_FORCE}, tmp_path)
-    record = grade(sympy_task, patch, factory)
+    # In the test process: the runner's reporter told that every failure is a pass.
+    record = grade(sympy_task, _patch(sympy_task, {"sympy/core.py": SYMPY_REPORTER_FORCE}, tmp_path), factory)
     assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0
-    # The failures' section titles still name the twins (failed), and the summary's count gives it away.
-    assert record.error["where"] == "rewards.guard.summary"
-    assert re.search(r"holds \d+ passes", record.guards["summary"]) and record.tests["test_double_negative"] == "passed"
+    assert record.error["where"] == "rewards.guard.twin" and record.tests["test_double_negative"] == "passed"
 
 
 def test_sympy_runner_rewrite_is_dropped(factory, sympy_task, tmp_path):
-    lying = "#!/usr/bin/env python\nprint('mathy/tests/test_core.py[2] ')\nprint('test_double_negative ok')\n"
+    lying = "#!/usr/bin/env python\nprint('sympy/tests/test_core.py[2] ')\nprint('test_double_negative ok')\n"
     record = grade(sympy_task, _patch(sympy_task, {"bin/test": lying}, tmp_path), factory)
     assert record.status == Status.UNRESOLVED and "bin/test" in record.dropped
     assert record.tests["test_double_negative"] == "failed"
@@ -500,7 +573,7 @@ def test_a_sympy_summary_wrapped_at_the_terminal_width_is_read_whole():
     spec = importlib.util.spec_from_file_location("repogym_launch_under_test", INSIDE_DIR / "repogym_launch.py")
     launch = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(launch)
-    summary = launch._Summary("--output-script")
+    summary = launch._Summary("--sympy-script")
     for line in ["sympy/x/tests/test_y.py[3] ..F", "==== tests finished: 111 passed, 2 failed, 4 expected to fail, ",
                  "39 exceptions, in 10.78 seconds ====", "DO *NOT* COMMIT!"]:
         summary.feed(line)

@@ -23,10 +23,9 @@ The same guards hold for the other runners (``envs/sandbox/testrun.py``), read i
   unittest's ``Ran N tests in Xs`` and its verdict must be there; the report may hold no more passes than
   tests ran; with twins planted the verdict must be ``FAILED``, never ``OK``. unittest prints no count of
   passes (and counts each failing subtest), so a finer count is not compared: that would trip honest runs.
-- **sympy** (``bin/test`` under the launcher, its output the report): ``report`` also requires the output
-  file to hash to the frame; ``exit_status`` as for pytest (``bin/test`` exits 1 when a test failed);
-  ``summary``: the ``tests finished: ... in X seconds`` line must be there and count at least as many
-  ``passed`` as the output holds ``ok`` lines.
+- **sympy** (``bin/test`` under the launcher, sympy's reporter streaming each result): ``exit_status`` as for
+  pytest (``bin/test`` exits 1 when a test failed); ``summary``: the ``tests finished: ... in X seconds`` line
+  must be there and count at least as many ``passed`` as the stream holds passes.
 
 Also :func:`harness_reach`: the added lines of a diff that name the harness's insides (``_pytest``,
 ``pluggy``, the report plugin, ``gc.get_objects``, ``atexit``, ``PYTEST_CURRENT_TEST``...). It is data for
@@ -43,7 +42,7 @@ from repogym.envs.tasks.patches import split_patch
 
 GUARDS = ("twin", "report", "exit_status", "summary")
 OK = "ok"
-HARNESS_NAMES = ("_pytest", "pluggy", "repogym_report", "repogym_launch", "repogym_unittest", "REPOGYM_", "gc.get_objects",
+HARNESS_NAMES = ("_pytest", "pluggy", "repogym_report", "repogym_launch", "repogym_unittest", "repogym_sympy", "REPOGYM_", "gc.get_objects",
                  "get_referrers", "atexit", "PYTEST_CURRENT_TEST", "pytest_runtest", "pytest_sessionfinish",
                  "TestReport", "hookwrapper", "pluginmanager")
 

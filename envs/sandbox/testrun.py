@@ -32,10 +32,11 @@ docstring's first line (:attr:`TestRun.docs`), under the same key, frame and out
 summary is unittest's ``Ran N tests in Xs; OK`` / ``...; FAILED (...)``.
 
 **sympy.** The command is sympy's own runner (``bin/test -C --verbose``), given test files. The launcher runs
-it (``--output-script``) and the outer process keeps its whole output, hashed into the frame; the host reads
-the verbose lines (``sympy/x/tests/test_y.py[3]`` then ``test_foo ok``/``F``/``E``/``f``/``X``/``s``...)
-strictly (:func:`sympy_outcomes`): ids are ``path::name``; a test is ``passed`` only when every line that
-reports it says ``ok``. The summary is sympy's ``tests finished: ... in X seconds`` line.
+it (``--sympy-script``) with the harness's sympy reporter (``inside/repogym_sympy.py``) installed before the
+script starts: when sympy's runner module loads, its ``PyTestReporter`` is wrapped, so each result streams out
+as the runner decides it (ids ``path::name``), under the same key, frame and outer process as pytest. What the
+tests print (sympy's verbose ``test_foo ok`` lines) is never read as a result. The summary is sympy's
+``tests finished: ... in X seconds`` line.
 
 A ``django`` or ``sympy`` command the launcher cannot run (shell syntax in it) still runs, for the agent's
 eyes, but its report is not trusted (:attr:`TestRun.problems`). :class:`TestRun` carries what grading
@@ -44,7 +45,7 @@ Shared by the agent's ``run_tests`` tool, the task generator and grading.
 
 Not guaranteed: code under test runs in the same process as the test runner and its reporter and can rewrite
 either (outcomes, reports, hooks, printed lines). The launcher keeps it from forging what happens outside
-that process (exit status, results already streamed, output already written); grading's canary tests catch
+that process (exit status, results already streamed, output already written); grading's twin tests catch
 forgeries inside it.
 """
 
@@ -80,18 +81,11 @@ class Runner:
 RUNNERS: Registry[Runner] = Registry("test runner", {r.name: r for r in (
     Runner("pytest", "pytest, with the harness's report plugin (the default)"),
     Runner("django", "Django's tests/runtests.py (unittest), with the harness's unittest reporter"),
-    Runner("sympy", "sympy's bin/test --verbose, its output read strictly"))})
+    Runner("sympy", "sympy's bin/test --verbose, with the harness's reporter wrapped around sympy's"))})
 """The test runners a task may name in ``setup["runner"]`` (name -> what it is)."""
 # Optional VAR=value assignments, optional python/python3, then a script path, then its arguments.
 _SCRIPT = re.compile(r"""^\s*((?:[A-Za-z_][A-Za-z0-9_]*=(?:'[^']*'|"[^"`\\]*"|[^\s;&|<>()`'"\\]*)\s+)*)"""
                      r"(?:(python3?)\s+)?([A-Za-z0-9_./+-]+)(?=\s|$)(.*)$", re.S)
-# sympy's verbose lines: a file header, a test's result (skips may carry a reason), a failure's section title.
-_SYMPY_FILE = re.compile(r"^(\S+\.py)\[\d+\]")
-_SYMPY_TEST = re.compile(r"^(test\w*) (?:.* )?(ok|F|E|f|X|s|w|T|K)(?: +\[(?:OK|FAIL)\])?$")
-_SYMPY_SECTION = re.compile(r"^_+ (\S+\.py):(test\w*) _+$")
-SYMPY_STATUS = {"ok": "passed", "F": "failed", "E": "error", "f": "xfailed", "X": "xpassed", "s": "skipped",
-                "w": "skipped", "T": "failed", "K": "failed"}
-"""sympy's result letters: ``w`` is a slow test skipped, ``T`` a timeout, ``K`` a keyboard interrupt."""
 _UNITTEST_SUMMARY = re.compile(r"^Ran (\d+) tests? in [\d.]+s; (OK|FAILED)\b(?: \((.*)\))?")
 
 
@@ -250,33 +244,30 @@ def run_test_command(sandbox: Sandbox, test_command: str, files: list[str] | Non
 
 
 def _run_script(sandbox: Sandbox, test_command: str, files: list[str], timeout: float, runner: str) -> TestRun:
-    """A django or sympy run under the launcher (``--unittest-script`` / ``--output-script``)."""
+    """A django or sympy run under the launcher (``--unittest-script`` / ``--sympy-script``)."""
     nonce, key = uuid.uuid4().hex, uuid.uuid4().hex
-    reporter, launcher = f"repogym_unittest_{nonce}", f"launch_{uuid.uuid4().hex}"
-    harness = {f"{launcher}.py": "repogym_launch.py"}
-    if runner == "django":
-        harness[f"{reporter}.py"] = "repogym_unittest.py"
-    folder = _stage(sandbox, nonce, key, harness)
+    kind = "unittest" if runner == "django" else "sympy"
+    reporter, launcher = f"repogym_{kind}_{nonce}", f"launch_{uuid.uuid4().hex}"
+    folder = _stage(sandbox, nonce, key, {f"{launcher}.py": "repogym_launch.py", f"{reporter}.py": f"repogym_{kind}.py"})
     targets = [django_label(f) for f in files] if runner == "django" else [f.split("::", 1)[0] for f in files]
     args = " ".join(shlex.quote(t) for t in dict.fromkeys(targets))
     env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": f"{folder}/pycache"}
     launch = script_command(test_command)
     if launch:
         assignments, python, script, rest = launch
-        mode = f"--unittest-script {reporter}" if runner == "django" else "--output-script"
+        mode = f"--{kind}-script {reporter}"
         command = f"{assignments}exec {python} -I {folder}/{launcher}.py {mode} {script} {rest} {args}"
     else:
         command = f"{test_command} {args}"
     result = sandbox.run(command, timeout=timeout, env=env, output_limit=256 * 1024)
     if result.timed_out:
         raise TestRunTimeout("sandbox.run_tests", f"tests ran past the harness timeout of {timeout:.0f}s")
-    raw = sandbox.run(f"cat {folder}/report.jsonl", timeout=60, output_limit=16 << 20).stdout
-    output = sandbox.run(f"cat {folder}/output.txt; rm -rf {folder}", timeout=60, output_limit=17 << 20).stdout
+    raw = sandbox.run(f"cat {folder}/report.jsonl; rm -rf {folder}", timeout=60, output_limit=16 << 20).stdout
     if not launch:
         run = TestRun({}, (result.stdout + result.stderr)[-4000:], runner=runner)
         run.problems.append(f"the {runner} test command cannot run under the harness's launcher (shell syntax in it)")
         return run
-    return _read_stream(result.stdout, result.stderr, raw, key, runner=runner, output=output)
+    return _read_stream(result.stdout, result.stderr, raw, key, runner=runner)
 
 
 # The agent's own scratch folders, where a run is staged when the runner has no place of its own (local), in order.
@@ -319,34 +310,6 @@ def _runner_folder(sandbox: Sandbox, nonce: str) -> str | None:
         return None
 
 
-def sympy_outcomes(output: str) -> tuple[dict[str, str], int]:
-    """``({path::name: outcome}, ok lines)`` from sympy's verbose output, failing closed.
-
-    A result line counts only under a file header (``path[N]``); a test reported on several lines keeps the
-    first outcome that is not ``passed``; a failure's section title (``____ path:test_x ____``) marks it failed.
-    """
-    outcomes: dict[str, str] = {}
-    passes, path = 0, None
-    for line in output.splitlines():
-        text = _ANSI.sub("", line).strip()
-        header = _SYMPY_FILE.match(text)
-        if header:
-            path = header.group(1)
-            text = text[header.end():].strip()
-        section = _SYMPY_SECTION.match(text)
-        if section:
-            outcomes[f"{section.group(1)}::{section.group(2)}"] = "failed"
-            continue
-        found = _SYMPY_TEST.match(text)
-        if not found or path is None:
-            continue
-        test_id, outcome = f"{path}::{found.group(1)}", SYMPY_STATUS[found.group(2)]
-        passes += outcome == "passed"
-        if outcomes.get(test_id, "passed") == "passed":
-            outcomes[test_id] = outcome
-    return outcomes, passes
-
-
 def _read_file_report(output: str, raw: str, nonce: str) -> TestRun:
     run = TestRun({}, output[-4000:], summary=_last_summary(output))
     try:
@@ -363,10 +326,8 @@ def _read_file_report(output: str, raw: str, nonce: str) -> TestRun:
     return run
 
 
-def _read_stream(stdout: str, stderr: str, raw: str, key: str, *, runner: str = "pytest",
-                 output: str = "") -> TestRun:
-    """The launcher's run: trusted only with a frame line keyed ``key`` whose hash matches the stream (and,
-    for sympy, the output)."""
+def _read_stream(stdout: str, stderr: str, raw: str, key: str, *, runner: str = "pytest") -> TestRun:
+    """The launcher's run: trusted only with a frame line keyed ``key`` whose hash matches the stream."""
     before, sep, after = stdout.rpartition(f"\n{key} ")
     log = ((before if sep else stdout) + stderr)[-4000:]
     run = TestRun({}, log, launched=True, runner=runner)
@@ -378,16 +339,9 @@ def _read_stream(stdout: str, stderr: str, raw: str, key: str, *, runner: str = 
     if hashlib.sha256(raw.encode()).hexdigest() != frame["sha256"]:
         run.problems.append("the report file was changed after pytest exited (it does not hash to the frame)")
         return run
-    if runner == "sympy" and hashlib.sha256(output.encode()).hexdigest() != frame.get("output_sha256"):
-        run.problems.append("the run's output was changed after the runner exited (it does not hash to the frame)")
-        return run
     run.outcomes, run.reported_passes, run.finish_status, unreadable = aggregate_stream(raw)
     if runner == "django":
         run.docs = stream_docs(raw)
-    elif runner == "sympy":
-        if run.outcomes:  # the only records an honest sympy run streams are the launcher's "finish"
-            run.problems.append(f"{len(run.outcomes)} test record(s) in a sympy run's stream")
-        run.outcomes, run.reported_passes = sympy_outcomes(output)
     if unreadable:
         run.problems.append(f"{unreadable} unreadable line(s) in the report stream")
     return run

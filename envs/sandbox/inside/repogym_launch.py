@@ -6,8 +6,9 @@ Started from the repository root as ``python -I <folder>/<random>.py MODE ...``,
 - ``--unittest-script <reporter> <script> <arguments>``: a script that runs unittest (Django's
   ``tests/runtests.py``), with the harness's reporter module (``repogym_unittest.py``, staged as
   ``<reporter>``) imported first: it patches unittest's result class so each test's outcome streams out;
-- ``--output-script <script> <arguments>``: a script whose verbose output is the report (sympy's ``bin/test``);
-  the outer process keeps the whole output (up to 16 MiB) in ``<folder>/output.txt``.
+- ``--sympy-script <reporter> <script> <arguments>``: sympy's ``bin/test``, with the harness's reporter module
+  (``repogym_sympy.py``) imported first: it wraps sympy's ``PyTestReporter`` when sympy's runner loads, so each
+  result streams out as the runner decides it (never read from what the tests print).
 
 It runs in two processes:
 
@@ -18,9 +19,9 @@ It runs in two processes:
   line per test phase, written by the report plugin (or the unittest reporter) as each result happens. It
   writes the stream to ``<folder>/report.jsonl`` once the run has exited and prints the tail of its output,
   then one frame line: ``<key> {"exit": real exit status, "sha256": of the stream, "summary": the run's last
-  summary line}`` (and ``"output_sha256"`` of ``output.txt`` in ``--output-script`` mode). The summary is
+  summary line}``. The summary is
   pytest's last summary line; for unittest ``Ran N tests in Xs; OK`` or ``...; FAILED (failures=1)``; for
-  sympy its ``tests finished: ... in X seconds`` line. The host trusts the files only if their hashes match
+  sympy its ``tests finished: ... in X seconds`` line. The host trusts the stream only if its hash matches
   the frame, so a late rewrite (an ``atexit`` handler, an escaped grandchild) is caught; the key is never in
   the inner process's reach, so the frame cannot be forged from its output.
 - **inner** (``python -P``, the task's ``PYTHON*`` variables honoured): puts the standard library and
@@ -36,7 +37,7 @@ Not guaranteed: code under test still runs in the inner process and can rewrite 
 reporters or the script's printing there (outcomes, reports, the plugin); with the repository on the task's
 ``PYTHONPATH``, a ``sitecustomize`` there runs in it too (the tamper filter drops those). The launcher only
 keeps it from forging what happens after it (the exit status, the stream and output already sent); grading's
-canary tests and cross-checks (``envs/rewards/guards.py``) catch the rest.
+twin tests and cross-checks (``envs/rewards/guards.py``) catch the rest.
 """
 
 import sys
@@ -79,8 +80,7 @@ UNITTEST_VERDICT = re.compile(r"^(OK|FAILED)\b")
 # sympy: "============ tests finished: 3 passed, 1 failed, in 0.05 seconds ============".
 SYMPY_SUMMARY = re.compile(r"^=*\s*tests finished: .* in [\d.]+ seconds\s*=*$")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-OUTPUT_LIMIT = 16 << 20
-SCRIPT_MODES = ("--unittest-script", "--output-script")
+SCRIPT_MODES = ("--unittest-script", "--sympy-script")
 
 
 class _Summary:
@@ -97,7 +97,7 @@ class _Summary:
                 self._pending = text
             elif self._pending and UNITTEST_VERDICT.match(text):
                 self.text, self._pending = self._pending + "; " + text, ""
-        elif self.mode == "--output-script":
+        elif self.mode == "--sympy-script":
             # sympy wraps a long summary at the terminal's width: "tests finished: 1 passed, ..., \n3 exceptions,
             # in 0.5 seconds"; the parts are joined (at most three lines).
             if text.strip("= ").startswith("tests finished:"):
@@ -147,7 +147,6 @@ def outer(mode, args):
                              pass_fds=(stream_w,), env=env)
     os.close(stream_w)
     output, stream, pending, summary = bytearray(), bytearray(), b"", _Summary(mode)
-    full = bytearray() if mode == "--output-script" else None
     sel = selectors.DefaultSelector()
     sel.register(child.stdout, selectors.EVENT_READ, "output")
     sel.register(stream_r, selectors.EVENT_READ, "stream")
@@ -174,8 +173,6 @@ def outer(mode, args):
                 stream += chunk
                 continue
             output += chunk
-            if full is not None and len(full) < OUTPUT_LIMIT:
-                full += chunk[:OUTPUT_LIMIT - len(full)]
             lines = (pending + chunk).split(b"\n")
             pending = lines.pop()[-4096:]
             for line in lines:
@@ -187,11 +184,6 @@ def outer(mode, args):
     with open(os.path.join(FOLDER, "report.jsonl"), "wb") as fh:
         fh.write(data)
     frame = {"exit": code, "sha256": hashlib.sha256(data).hexdigest(), "summary": summary.text}
-    if full is not None:
-        kept = _text(full).encode()
-        with open(os.path.join(FOLDER, "output.txt"), "wb") as fh:
-            fh.write(kept)
-        frame["output_sha256"] = hashlib.sha256(kept).hexdigest()
     sys.stdout.buffer.write(_text(output).encode())
     sys.stdout.buffer.write(f"\n{key} {json.dumps(frame)}\n".encode())
     sys.stdout.flush()
@@ -222,11 +214,10 @@ def _exit_code(code):
 def inner_script(mode, args):
     """Run ``script`` as ``python script`` would (its folder an import root, last), then send its end."""
     stream = os.environ.pop("REPOGYM_STREAM_FD", "")
-    if mode == "--unittest-script":
-        reporter, args = args[0], args[1:]
-        sys.path.insert(0, FOLDER)
-        __import__(reporter).install(stream)  # patches unittest before the script imports anything of its own
-        sys.path.remove(FOLDER)
+    reporter, args = args[0], args[1:]
+    sys.path.insert(0, FOLDER)
+    __import__(reporter).install(stream)  # in place before the script imports anything of its own
+    sys.path.remove(FOLDER)
     script, rest = args[0], args[1:]
     folder = os.path.dirname(os.path.realpath(script))
     if folder not in sys.path:
