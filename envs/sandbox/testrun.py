@@ -54,6 +54,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import secrets
 import shlex
 import uuid
 from dataclasses import dataclass, field
@@ -252,6 +253,10 @@ def _run_script(sandbox: Sandbox, test_command: str, files: list[str], timeout: 
     targets = [django_label(f) for f in files] if runner == "django" else [f.split("::", 1)[0] for f in files]
     args = " ".join(shlex.quote(t) for t in dict.fromkeys(targets))
     env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": f"{folder}/pycache"}
+    if runner == "sympy":
+        # sympy reruns its tests in a child interpreter (for hash randomization) unless a seed is set; there
+        # the harness's reporter would not be. A random seed, set here, is what that child would have had.
+        env["PYTHONHASHSEED"] = str(secrets.randbelow(2**32))
     launch = script_command(test_command)
     if launch:
         assignments, python, script, rest = launch
