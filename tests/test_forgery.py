@@ -466,7 +466,7 @@ def test_a_report_file_changed_after_the_frame_is_not_trusted():
 
 
 def test_guards_catch_a_zero_exit_a_short_summary_and_a_passing_twin():
-    plan = TwinPlan([Twin("t.py::test_x", "t.py::a", "negated")])
+    plan = TwinPlan("pytest", [Twin("t.py::test_x", "t.py", "test_x", "a", "negated")])
     honest = TestRun({"t.py::a": "passed", "t.py::test_x": "failed"}, launched=True, exit_status=1, finish_status=1,
                      summary="1 failed, 1 passed in 0.1s", reported_passes=1)
     assert tripped(check_run(honest, plan)) == {}

@@ -123,7 +123,7 @@ def _plant(folder: Path, calc: str) -> dict[str, tuple[str, list[tuple[str, str]
         new, made = twin_source(source, [f"{path}::{test_id}"])
         assert made, f"{shape}: no twin made"
         (folder / path).write_text(new)
-        real, twins = made[f"{path}::{test_id}"]
+        _, real, twins = made[f"{path}::{test_id}"]
         planted[shape] = (f"{path}::{real}", [(f"{path}::{name}", kind) for name, kind in twins])
     return planted
 
@@ -224,7 +224,8 @@ def _functions(source: str) -> dict[str, ast.FunctionDef]:
 def test_variants_differ_only_at_one_point_and_look_alike():
     new, made = twin_source(SUITE, ["t.py::test_clamp_above", "t.py::TestClamp::test_high[15]"])
     functions = _functions(new)
-    for test_id, (real, twins) in made.items():
+    for test_id, (old, real, twins) in made.items():
+        assert old == test_id.split("::")[-1].split("[")[0]
         names = [real] + [name for name, _ in twins]
         assert len(set(names)) == len(names) >= 2
         for name in names:
@@ -236,7 +237,7 @@ def test_variants_differ_only_at_one_point_and_look_alike():
         assert len({len(t.splitlines()) for t in texts}) == 1
         assert all(sum(a != b for a, b in zip(texts[0].splitlines(), t.splitlines())) == 1 for t in texts[1:])
         assert "comment" not in new  # every variant is rendered alike, the real one too
-    assert "parametrize" in ast.unparse(functions[made["t.py::TestClamp::test_high[15]"][0]].decorator_list[0])
+    assert "parametrize" in ast.unparse(functions[made["t.py::TestClamp::test_high[15]"][1]].decorator_list[0])
     # The rest of the file is untouched, in order, and the variants stand where the test stood.
     assert new.index("def helper") < new.index("class TestClamp") < new.index("def test_leaves_early")
     assert "def test_after():\n    assert helper() == 1\n" in new and "def test_other(self)" in new
@@ -245,11 +246,11 @@ def test_variants_differ_only_at_one_point_and_look_alike():
 def test_names_and_order_change_every_grading():
     first = twin_source(SUITE, ["t.py::test_clamp_above"])[1]["t.py::test_clamp_above"]
     second = twin_source(SUITE, ["t.py::test_clamp_above"])[1]["t.py::test_clamp_above"]
-    assert {first[0], *(n for n, _ in first[1])} != {second[0], *(n for n, _ in second[1])}
+    assert {first[1], *(n for n, _ in first[2])} != {second[1], *(n for n, _ in second[2])}
     positions = set()
     for _ in range(40):
         new, made = twin_source(SUITE, ["t.py::test_clamp_above"])
-        real, twins = made["t.py::test_clamp_above"]
+        _, real, twins = made["t.py::test_clamp_above"]
         order = sorted([real] + [n for n, _ in twins], key=new.index)
         positions.add(order.index(real))
     assert positions == set(range(len(order)))  # the real test is not always first (or last)
@@ -284,7 +285,8 @@ def test_literal_twins_change_one_literal_to_distinct_values_of_its_kind():
 
 
 def test_the_twin_guard_judges_a_twin_run_only_where_its_real_run_passed():
-    plan = TwinPlan([Twin("t.py::test_b", "t.py::test_a", "negated")], {"t.py::test_a": "t.py::test_orig"})
+    plan = TwinPlan("pytest", [Twin("t.py::test_b", "t.py", "test_b", "test_a", "negated")],
+                    {("t.py", "test_a"): "test_orig"})
     honest = TestRun({"t.py::test_a[1]": "passed", "t.py::test_a[2]": "failed", "t.py::test_b[1]": "failed",
                       "t.py::test_b[2]": "passed"}, exit_status=1, launched=True, finish_status=1,
                      summary="2 failed, 2 passed in 0.1s", reported_passes=2)
@@ -294,5 +296,46 @@ def test_the_twin_guard_judges_a_twin_run_only_where_its_real_run_passed():
     missing = TestRun({"t.py::test_a[1]": "passed"}, exit_status=1)
     assert "missing" in tripped(check_run(missing, plan))["twin"]
     assert plan.restore(honest.outcomes) == {"t.py::test_orig[1]": "passed", "t.py::test_orig[2]": "failed"}
-    must_fail = TwinPlan([Twin("t.py::test_m", None, "must_fail")])
+    # A record forged under the old name never outvotes the real test's own run.
+    forged = {"t.py::test_orig[1]": "passed", "t.py::test_a[1]": "failed"}
+    assert plan.restore(forged) == {"t.py::test_orig[1]": "failed"}
+    must_fail = TwinPlan("pytest", [Twin("t.py::test_m", "t.py", "test_m", None, "must_fail")])
     assert "must fail" in check_run(TestRun({"t.py::test_m": "passed"}, exit_status=1), must_fail)["twin"]
+
+
+INHERITED = '''\
+import unittest
+
+
+class Base:
+    def test_keymap(self):
+        assert self.kind(3) == 4
+
+
+class TestList(Base, unittest.TestCase):
+    def kind(self, x):
+        return x + 1
+
+
+class TestOwn(Base, unittest.TestCase):
+    def kind(self, x):
+        return x + 1
+
+    def test_keymap(self):
+        assert self.kind(1) == 2
+'''
+
+
+def test_a_method_inherited_from_a_class_of_the_file_is_twinned_where_it_is_defined(tmp_path):
+    # toolz's TestCustomMapping::test_valmap is TestDict's test_valmap, run by each subclass.
+    new, made = twin_source(INHERITED, ["test_inh.py::TestList::test_keymap", "test_inh.py::Base::test_keymap"])
+    old, real, twins = made["test_inh.py::TestList::test_keymap"]
+    assert old == "test_keymap" and real.startswith("Base::") and made["test_inh.py::Base::test_keymap"][1] == real
+    (tmp_path / "test_inh.py").write_text(new)
+    outcomes = _outcomes(tmp_path)
+    plan = TwinPlan("pytest", [Twin(f"test_inh.py::{n}", "test_inh.py", n.split("::")[-1], real.split("::")[-1], k) for n, k in twins],
+                    {("test_inh.py", real.split("::")[-1]): old})
+    # Each subclass runs the real test and its twins under their new names; mapped back, it is each class's test.
+    assert plan.restore(outcomes) == {"test_inh.py::TestList::test_keymap": "PASSED", "test_inh.py::TestOwn::test_keymap": "PASSED"}
+    assert {test_id.split("::")[1] for _, test_id, _, _ in plan.twin_runs(outcomes)} == {"TestList", "TestOwn"}
+    assert all(outcome == "FAILED" and real == "PASSED" for _, _, outcome, real in plan.twin_runs(outcomes))

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import re
 import secrets
 import string
 from dataclasses import dataclass, field
@@ -96,35 +97,62 @@ _RUNNER_EXCEPTIONS = {"KeyboardInterrupt", "SystemExit", "GeneratorExit", "BaseE
                       "Failed", "XFailed", "XFail", "Skip", "SkipTest"}
 
 
+def split_id(test_id: str, runner: str) -> tuple[str, str, str, str] | None:
+    """``(file, name, before, after)`` of a reported id: its file (django: its module), the test function's name,
+    and the text around that name (classes before; parameters after), so ``before + other + after`` is the id of
+    the function ``other`` run the same way. None for an id of no test function."""
+    if runner == "django":
+        match = re.match(r"^(\w+) \(([\w.]+)\)$", test_id)
+        return (match.group(2).rpartition(".")[0], match.group(1), "", f" ({match.group(2)})") if match else None
+    head, bracket, params = test_id.partition("[")
+    path, sep, scoped = head.partition("::")
+    if not sep:
+        return None
+    scope, _, name = scoped.rpartition("::")
+    return path, name, f"{path}::{scope + '::' if scope else ''}", bracket + params
+
+
 @dataclass(frozen=True)
 class Twin:
-    """One planted must-fail test: every reported id that is ``test_id`` or ``test_id[...]`` is one of its runs."""
+    """One planted must-fail test: every run of the function ``name`` in ``file`` (in any class that has it, with
+    any parameters) is one of its runs."""
 
     test_id: str
-    """As the runner reports it."""
+    """As the runner reports it (in the class that defines it)."""
+    file: str
+    """Its file (django: its module), as :func:`split_id` reads it."""
+    name: str
     real: str | None
-    """The reported id of the real variant it twins (its run with the same parameters must pass for this
-    twin's run to be judged); None for a must-fail test of its own."""
+    """The name of the real variant it twins (the same run of it must pass for this twin's run to be judged);
+    None for a must-fail test of its own."""
     kind: str
     """``literal``, ``negated``, ``exception`` or ``must_fail``."""
-
-    def runs(self, outcomes: dict[str, str]) -> dict[str, str]:
-        """The outcomes of this twin's runs (several when it is parametrized), keyed by their parameter suffix."""
-        return {t[len(self.test_id):]: o for t, o in outcomes.items()
-                if t == self.test_id or t.startswith(self.test_id + "[")}
 
 
 @dataclass
 class TwinPlan:
     """What one grading planted: the twins, the real tests' new names, and what stands unprotected."""
 
+    runner: str = "pytest"
     twins: list[Twin] = field(default_factory=list)
-    renamed: dict[str, str] = field(default_factory=dict)
-    """``{reported id of a renamed real test: the id the task knows it by}`` (pytest ids without parameters)."""
+    renamed: dict[tuple[str, str], str] = field(default_factory=dict)
+    """``{(file, new name): old name}`` of the real tests (in every class of the file that runs them)."""
     unprotected: list[str] = field(default_factory=list)
     """Graded tests (task ids) no twin could be made for."""
     files: list[str] = field(default_factory=list)
     """Files of the harness's own to run too (a must-fail test of its own)."""
+
+    def twin_runs(self, outcomes: dict[str, str]) -> list[tuple[Twin, str, str, str | None]]:
+        """``(twin, reported id, outcome, outcome of the same run of its real variant)`` for every twin run."""
+        by_name = {(t.file, t.name): t for t in self.twins}
+        found = []
+        for test_id, outcome in outcomes.items():
+            parts = split_id(test_id, self.runner)
+            twin = by_name.get(parts[:2]) if parts else None
+            if twin:
+                real = outcomes.get(parts[2] + twin.real + parts[3]) if twin.real else None
+                found.append((twin, test_id, outcome, real))
+        return found
 
     def restore(self, outcomes: dict[str, str]) -> dict[str, str]:
         """The report as the task's ids read it: twins' runs left out, renamed tests under their own names.
@@ -132,27 +160,21 @@ class TwinPlan:
         Fails closed: a record under a renamed test's old name (no test has it in this run, so only a forger
         wrote it) never makes that test pass; of two outcomes for one id the one that is not ``passed`` stays.
         """
+        twins = {(t.file, t.name) for t in self.twins}
+        old_names = {(file, old) for (file, _), old in self.renamed.items()}
         restored: dict[str, str] = {}
         for test_id, outcome in outcomes.items():
-            if any(twin.runs({test_id: outcome}) for twin in self.twins):
+            parts = split_id(test_id, self.runner)
+            original = test_id
+            if parts and parts[:2] in twins:
                 continue
-            original = self._original(test_id)
-            if original == test_id and self._original_name(test_id):
-                outcome = "failed" if outcome == "passed" else outcome
+            if parts and parts[:2] in self.renamed:
+                original = parts[2] + self.renamed[parts[:2]] + parts[3]
+            elif parts and parts[:2] in old_names and outcome == "passed":
+                outcome = "failed"
             if restored.get(original, "passed") == "passed":
                 restored[original] = outcome
         return restored
-
-    def _original_name(self, test_id: str) -> bool:
-        """Whether ``test_id`` is (a run of) a renamed test under its old name."""
-        head = test_id.partition("[")[0]
-        return test_id in self.renamed.values() or head in self.renamed.values()
-
-    def _original(self, test_id: str) -> str:
-        if test_id in self.renamed:
-            return self.renamed[test_id]
-        head, bracket, params = test_id.partition("[")
-        return self.renamed[head] + bracket + params if bracket and head in self.renamed else test_id
 
 
 # -- names ----------------------------------------------------------------------------------------------------
@@ -469,17 +491,28 @@ def twin_group(func: ast.FunctionDef | ast.AsyncFunctionDef, taken: set[str]) ->
 # -- files ------------------------------------------------------------------------------------------------------
 
 def _find(tree: ast.Module, parts: list[str]) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef, ast.ClassDef | None] | None:
-    """The test function at ``Class::name`` or ``name`` (a top-level class only), and its class."""
-    body, owner = tree.body, None
-    if len(parts) == 2:
-        owner = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == parts[0]), None)
-        if owner is None:
-            return None
-        body = owner.body
-    elif len(parts) != 1:
+    """The test function at ``Class::name`` or ``name`` (top-level classes only; a method a class inherits from
+    another class of the file is found there), and the class that defines it."""
+    if len(parts) == 1:
+        found = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == parts[0]]
+        return (found[-1], None) if found else None
+    if len(parts) != 2:
         return None
-    found = [n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == parts[-1]]
-    return (found[-1], owner) if found else None
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    queue, seen = [parts[0]], set()
+    while queue:  # the class, then its bases in the file, breadth first (close enough to the MRO for tests)
+        owner = classes.get(queue.pop(0))
+        if owner is None or owner.name in seen:
+            continue
+        seen.add(owner.name)
+        found = [n for n in owner.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == parts[1]]
+        if found:
+            return found[-1], owner
+        if any(isinstance(t, ast.Name) and t.id == parts[1] for n in owner.body if isinstance(n, ast.Assign)
+               for t in n.targets):
+            return None  # bound some other way in this class: not a def a twin can copy
+        queue += [b.id for b in owner.bases if isinstance(b, ast.Name)]
+    return None
 
 
 def _span(func: ast.AST, siblings: list[ast.stmt]) -> tuple[int, int] | None:
@@ -497,11 +530,12 @@ def _indented(text: str, indent: str) -> list[str]:
 
 
 def twin_source(source: str, test_ids: list[str], taken: set[str] | None = None) -> tuple[
-        str, dict[str, tuple[str, list[tuple[str, str]]]]] | None:
+        str, dict[str, tuple[str, str, list[tuple[str, str]]]]] | None:
     """``source`` with each test of ``test_ids`` (``path::[Class::]name`` in this file) replaced by its variants.
 
-    Returns ``(new source, {task test id: (real's new ``[Class::]name``, [(twin ``[Class::]name``, kind)])})``
-    for the tests that got twins; None when the source does not parse.
+    Returns ``(new source, {test id: (old name, real's new ``[Class::]name``, [(twin ``[Class::]name``, kind)])})``
+    for the tests that got twins (the class: the one that defines the function); None when the source does not
+    parse.
     """
     try:
         tree = ast.parse(source)
@@ -511,8 +545,8 @@ def twin_source(source: str, test_ids: list[str], taken: set[str] | None = None)
         ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))} | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     lines = source.split("\n")
     edits: list[tuple[int, int, list[str]]] = []
-    made: dict[str, tuple[str, list[tuple[str, str]]]] = {}
-    done: dict[int, tuple[str, list[tuple[str, str]]]] = {}
+    made: dict[str, tuple[str, str, list[tuple[str, str]]]] = {}
+    done: dict[int, tuple[str, str, list[tuple[str, str]]]] = {}
     for test_id in test_ids:
         rest = test_id.split("::", 1)[1].split("[", 1)[0] if "::" in test_id else ""
         found = _find(tree, rest.split("::")) if rest else None
@@ -535,7 +569,7 @@ def twin_source(source: str, test_ids: list[str], taken: set[str] | None = None)
                 text += [""] * (1 if owner else 2)
             text += _indented(ast.unparse(ast.fix_missing_locations(node)), indent)
         edits.append((span[0], span[1], text))
-        done[id(func)] = made[test_id] = (scope + real_name, [(scope + name, kind) for name, kind in twins])
+        done[id(func)] = made[test_id] = (func.name, scope + real_name, [(scope + name, kind) for name, kind in twins])
     for first, last, text in sorted(edits, reverse=True):
         lines[first - 1:last] = text
     return "\n".join(lines), made
@@ -601,8 +635,9 @@ def _own_file(folder: PurePosixPath, runner: str) -> tuple[str, str, Twin]:
         owner = fresh_name(set(), "_").title().replace("_", "") + "Tests"
         source = (f"import unittest\n\n\nclass {owner}(unittest.TestCase):\n    def {name}(self):\n"
                   f"        assert {a} == {a + 1}\n")
-        return path, source, Twin(f"{name} ({_django_module(path)}.{owner})", None, "must_fail")
-    return path, f"def {name}():\n    assert {a} == {a + 1}\n", Twin(f"{path}::{name}", None, "must_fail")
+        return path, source, Twin(f"{name} ({_django_module(path)}.{owner})", _django_module(path), name, None,
+                                  "must_fail")
+    return path, f"def {name}():\n    assert {a} == {a + 1}\n", Twin(f"{path}::{name}", path, name, None, "must_fail")
 
 
 def plant_twins(sandbox: Sandbox, fail_to_pass: list[str], pass_to_pass: list[str] = (), *, runner: str = "pytest",
@@ -623,7 +658,7 @@ def plant_twins(sandbox: Sandbox, fail_to_pass: list[str], pass_to_pass: list[st
     for locations in where.values():
         for location in locations:
             by_file.setdefault(location.split("::", 1)[0], []).append(location)
-    plan = TwinPlan()
+    plan = TwinPlan(runner)
     covered: set[str] = set()
     for path, locations in by_file.items():
         if not path.endswith(".py"):
@@ -637,13 +672,13 @@ def plant_twins(sandbox: Sandbox, fail_to_pass: list[str], pass_to_pass: list[st
             continue
         new_source, made = planted
         sandbox.write_file(path, new_source.encode())
-        for location, (real, twins) in made.items():
+        file = _django_module(path) if runner == "django" else path
+        for location, (old, real, twins) in made.items():
             covered.add(location)
-            real_id = _reported(path, real, runner)
-            original = _reported(path, location.split("::", 1)[1].split("[", 1)[0], runner)
-            plan.renamed[real_id] = original
-            plan.twins.extend(Twin(_reported(path, name, runner), real_id, kind) for name, kind in twins)
-    plan.twins = list({t.test_id: t for t in plan.twins}.values())
+            plan.renamed[file, real.rpartition("::")[2]] = old
+            plan.twins.extend(Twin(_reported(path, scoped, runner), file, scoped.rpartition("::")[2],
+                                   real.rpartition("::")[2], kind) for scoped, kind in twins)
+    plan.twins = list({(t.file, t.name): t for t in plan.twins}.values())
     plan.unprotected = [tid for tid in fail_to_pass if not any(loc in covered for loc in where.get(tid, []))]
     if not plan.twins:  # an honest run must still fail something (the exit status and summary guards)
         first = next(iter(where.get(fail_to_pass[0], [])), None) if fail_to_pass else None
