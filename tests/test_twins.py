@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from repogym.envs.rewards.guards import check_run, tripped
-from repogym.envs.rewards.twins import Twin, TwinPlan, twin_group, twin_source
+from repogym.envs.rewards.twin_shapes import twin_group
+from repogym.envs.rewards.twins import Twin, TwinPlan, twin_source
 from repogym.envs.sandbox.testrun import TestRun
 
 HONEST = '''\
