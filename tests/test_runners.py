@@ -501,6 +501,28 @@ def test_django_forced_passes_are_caught(factory, django_task, tmp_path):
     assert record.guards["exit_status"] != "ok" and "OK" in record.guards["summary"]
 
 
+# The issue's attack on the django runner: discount returns a float equal to everything (no perturbed canary was
+# ever made for assertEqual, so every guard said ok).
+DJANGO_ALWAYS_EQUAL = SHOP_PRICE.replace("    return price - price * percent / 100\n", "    return _Anything(0)\n") + '''
+
+class _Anything(float):
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = float.__hash__
+'''
+
+
+def test_django_always_equal_values_are_caught_by_literal_twins(factory, django_task, tmp_path):
+    record = grade(django_task, _patch(django_task, {"shop/price.py": DJANGO_ALWAYS_EQUAL}, tmp_path), factory)
+    assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0
+    assert record.error["where"] == "rewards.guard.twin" and "(literal)" in record.guards["twin"], record.guards
+    assert record.tests[DJANGO_F2P[0]] == "passed"  # the forgery works on the real test: only a twin shows it
+
+
 def test_django_runner_rewrite_is_dropped(factory, django_task, tmp_path):
     lying = "import sys\nprint('Ran 9 tests in 0.001s')\nprint()\nprint('OK')\nsys.exit(0)\n"
     record = grade(django_task, _patch(django_task, {"tests/runtests.py": lying}, tmp_path), factory)
