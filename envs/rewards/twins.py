@@ -28,7 +28,7 @@ back to the task's before grading reads them (:meth:`TwinPlan.restore`).
 A point counts only where an honest run reaches it: a statement of the test's body, or of a ``with`` block in
 it that is not ``pytest.raises``-like, with no ``return``/``yield``/``break``/``continue`` before it. A test
 no twin can be made for (not a function of the file or of a top-level class, no such point, a method using
-zero-argument ``super()``) keeps its name and is listed in :attr:`TwinPlan.unprotected`; when no test at all
+zero-argument ``super()``, a test the file calls or reads by name) keeps its name and is listed in :attr:`TwinPlan.unprotected`; when no test at all
 gets a twin, one must-fail test goes into a file of its own, so an honest run still fails something.
 
 Per runner (``envs/sandbox/testrun.py``): **pytest** ids ``path::[Class::]name[params]``; **django** ids
@@ -191,6 +191,8 @@ def twin_source(source: str, test_ids: list[str], taken: set[str] | None = None)
         return None
     taken = set(taken or ()) | {n.name for n in ast.walk(tree) if isinstance(n, (
         ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))} | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    loaded |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     lines = source.split("\n")
     edits: list[tuple[int, int, list[str]]] = []
     made: dict[str, tuple[str, str, list[tuple[str, str]]]] = {}
@@ -205,7 +207,9 @@ def twin_source(source: str, test_ids: list[str], taken: set[str] | None = None)
             made[test_id] = done[id(func)]
             continue
         span = _span(func, owner.body if owner else tree.body)
-        group = twin_group(func, taken) if span else None
+        # A test the file calls by name (toolz's test_is_partial calls test_is_valid) keeps its name.
+        called = func.name in loaded
+        group = twin_group(func, taken) if span and not called else None
         if group is None:
             continue
         variants, real_name, twins = group
