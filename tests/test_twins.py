@@ -350,3 +350,20 @@ def test_a_method_inherited_from_a_class_of_the_file_is_twinned_where_it_is_defi
     assert plan.restore(outcomes) == {"test_inh.py::TestList::test_keymap": "PASSED", "test_inh.py::TestOwn::test_keymap": "PASSED"}
     assert {test_id.split("::")[1] for _, test_id, _, _ in plan.twin_runs(outcomes)} == {"TestList", "TestOwn"}
     assert all(outcome == "FAILED" and real == "PASSED" for _, _, outcome, real in plan.twin_runs(outcomes))
+
+
+@pytest.mark.parametrize("method, opposite", [("assertContains", "assertNotContains"),
+                                              ("assertHTMLEqual", "assertHTMLNotEqual"),
+                                              ("assertJSONEqual", "assertJSONNotEqual"),
+                                              ("assertQuerySetEqual", None)])
+def test_djangos_assertions_turn_into_their_exact_opposite(method, opposite):
+    # Django's TestCase methods (no Django here to run them): reversed where Django has the opposite, else no twin.
+    func = ast.parse(f"def test_x(self):\n    self.{method}(response(), page())\n").body[0]
+    group = twin_group(func, set())
+    if opposite is None:
+        assert group is None
+        return
+    variants, real, twins = group
+    bodies = {ast.unparse(node.body[0]) for node, _ in variants}
+    assert bodies == {f"self.{method}(response(), page())", f"self.{opposite}(response(), page())"}
+    assert [kind for _, kind in twins] == ["negated"]

@@ -46,6 +46,9 @@ _NEGATED_METHODS = {
     "assertGreaterEqual": "assertLess", "assertRegex": "assertNotRegex", "assertNotRegex": "assertRegex",
     "assertAlmostEqual": "assertNotAlmostEqual", "assertNotAlmostEqual": "assertAlmostEqual",
     "assertContains": "assertNotContains", "assertNotContains": "assertContains",
+    "assertHTMLEqual": "assertHTMLNotEqual", "assertHTMLNotEqual": "assertHTMLEqual",
+    "assertJSONEqual": "assertJSONNotEqual", "assertJSONNotEqual": "assertJSONEqual",
+    "assertXMLEqual": "assertXMLNotEqual", "assertXMLNotEqual": "assertXMLEqual",
     "assertQuerySetEqual": None, "assertCountEqual": None}
 """``None``: no exact opposite (``assertCountEqual``'s is not ``assertNotEqual``), a literal point only."""
 _EQUALITY_CALLS = ("assertEqual", "assertEquals", "assertListEqual", "assertTupleEqual", "assertDictEqual",
