@@ -17,7 +17,7 @@ line of the test method's docstring, as unittest's verbose output prints it (emp
 class or module fixture that failed is reported as unittest describes it (``setUpClass (module.Class)``).
 
 Not guaranteed: code under test runs in this process and can unwrap these methods or write to the fd itself;
-the grader cross-checks the run (canaries, exit status, unittest's own ``Ran N tests`` summary).
+the grader cross-checks the run (twins, exit status, unittest's own ``Ran N tests`` summary).
 """
 
 import json
