@@ -232,7 +232,7 @@ def _points(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[_Point]:
 
 def _expected_exception_ok(node: ast.AST) -> bool:
     """An expected exception whose escape fails a test (not ``SystemExit``, ``KeyboardInterrupt``...)."""
-    names = [e for e in (node.elts if isinstance(node, ast.Tuple) else [node])]
+    names = node.elts if isinstance(node, ast.Tuple) else [node]
     return all(isinstance(n, (ast.Name, ast.Attribute)) for n in names) and not any(
         (n.id if isinstance(n, ast.Name) else n.attr) in _RUNNER_EXCEPTIONS for n in names)
 

@@ -51,6 +51,7 @@ from pathlib import PurePosixPath
 
 from repogym.envs.rewards.twin_shapes import fresh_name, shuffled, twin_group
 from repogym.envs.sandbox.base import Sandbox
+from repogym.envs.sandbox.testrun import django_label
 
 PASS_TO_PASS_SAMPLE = 2
 """PASS_TO_PASS tests given a twin per grading, drawn at random."""
@@ -229,18 +230,12 @@ def twin_source(source: str, test_ids: list[str], taken: set[str] | None = None)
 
 # -- per runner -------------------------------------------------------------------------------------------------
 
-def _django_module(path: str) -> str:
-    """The module Django's runner imports a file under ``tests/`` as: ``tests/foo/test_x.py`` -> ``foo.test_x``."""
-    path = path[len("tests/"):] if path.startswith("tests/") else path
-    return path[:-3].replace("/", ".") if path.endswith(".py") else path.replace("/", ".")
-
-
 def _reported(path: str, scoped: str, runner: str) -> str:
     """The runner's id of ``Class::name`` / ``name`` in ``path``."""
     if runner != "django":
         return f"{path}::{scoped}"
     owner, _, name = scoped.rpartition("::")
-    return f"{name} ({_django_module(path)}{'.' + owner if owner else ''})"
+    return f"{name} ({django_label(path)}{'.' + owner if owner else ''})"
 
 
 def _locations(test_ids: list[str], runner: str, test_files: list[str]) -> dict[str, list[str]]:
@@ -287,7 +282,7 @@ def _own_file(folder: PurePosixPath, runner: str) -> tuple[str, str, Twin]:
         owner = fresh_name(set(), "_").title().replace("_", "") + "Tests"
         source = (f"import unittest\n\n\nclass {owner}(unittest.TestCase):\n    def {name}(self):\n"
                   f"        assert {a} == {a + 1}\n")
-        return path, source, Twin(f"{name} ({_django_module(path)}.{owner})", _django_module(path), name, None,
+        return path, source, Twin(f"{name} ({django_label(path)}.{owner})", django_label(path), name, None,
                                   "must_fail")
     return path, f"def {name}():\n    assert {a} == {a + 1}\n", Twin(f"{path}::{name}", path, name, None, "must_fail")
 
@@ -324,7 +319,7 @@ def plant_twins(sandbox: Sandbox, fail_to_pass: list[str], pass_to_pass: list[st
             continue
         new_source, made = planted
         sandbox.write_file(path, new_source.encode())
-        file = _django_module(path) if runner == "django" else path
+        file = django_label(path) if runner == "django" else path
         for location, (old, real, twins) in made.items():
             covered.add(location)
             plan.renamed[file, real.rpartition("::")[2]] = old
