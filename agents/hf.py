@@ -18,8 +18,10 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from repogym.agents.chat_templates import tool_template
 from repogym.agents.context import answer, make_context_policy
 from repogym.agents.errors import ContextOverflow
+from repogym.agents.models import resolve_model
 from repogym.agents.policy import Completion, Engine, SamplingParams
 from repogym.envs.actions import parse_action
 from repogym.envs.errors import ConfigError
@@ -45,10 +47,17 @@ class HFEngine:
 
     @classmethod
     def from_pretrained(cls, path: str, dtype: str = "auto", device: str | None = None) -> "HFEngine":
-        """An engine for a model folder (``config.json`` + weights); nothing is downloaded."""
+        """An engine for a model folder (``config.json`` + weights) or a model name of
+        :mod:`repogym.agents.models`; nothing comes from a model hub. ``auto`` is fp32 on a CPU: bf16 there is
+        2-3x slower without bf16 units, and fp32 keeps sampling logprobs those the learner computes."""
+        import torch
         from transformers import AutoModelForCausalLM
 
-        return cls(AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True), device)
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if dtype == "auto" and device == "cpu":
+            dtype = "float32"
+        model = AutoModelForCausalLM.from_pretrained(resolve_model(path), dtype=dtype, local_files_only=True)
+        return cls(model, device)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         return [self._one(p, params) for p in prompts]
@@ -99,10 +108,13 @@ def _version_of(completion: Completion, engine) -> int:
 class ChatFormat:
     """The chat template's wrapping of turns, as strings, read off a tokenizer once."""
 
-    def __init__(self, tokenizer, system_prompt: str = DEFAULT_SYSTEM_PROMPT, tools: list[dict] | None = None):
+    def __init__(self, tokenizer, system_prompt: str = DEFAULT_SYSTEM_PROMPT, tools: list[dict] | None = None,
+                 few_shot: bool = True):
         if not getattr(tokenizer, "chat_template", None):
             raise ConfigError("the tokenizer has no chat_template; the hf agent needs one to wrap turns")
-        self.tokenizer, self.system_prompt, self.tools = tokenizer, system_prompt, tools
+        self.tokenizer, self.system_prompt, self.tools, self.few_shot = tokenizer, system_prompt, tools, few_shot
+        # A template that ignores tools (SmolLM2's own) is replaced by its family's, which renders them.
+        self.template = tool_template(tokenizer) if tools else tokenizer.chat_template
         base = [{"role": "system", "content": system_prompt}, {"role": "user", "content": "U"},
                 {"role": "assistant", "content": _A}]
         text = self._render(base + [{"role": "tool", "content": _T}], generation_prompt=True)
@@ -115,7 +127,8 @@ class ChatFormat:
 
     def _render(self, messages: list[dict], generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(messages, tools=self.tools, tokenize=False,
-                                                  add_generation_prompt=generation_prompt)
+                                                  add_generation_prompt=generation_prompt,
+                                                  chat_template=self.template, few_shot=self.few_shot)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
@@ -190,6 +203,9 @@ class HFAgentConfig:
     """Context policy (:mod:`repogym.agents.context`): ``full``, ``window``, ``summary``, or ``{"name": ..., options}``."""
     max_context_tokens: int | None = None
     """The model's context (None: its ``max_position_embeddings``); ``full`` raises past it."""
+    few_shot: bool = True
+    """Render the chat template's example episode (templates of :mod:`repogym.agents.chat_templates`; others
+    ignore it) between the system prompt and the task."""
 
 
 @dataclass
@@ -214,9 +230,11 @@ class HFAgent:
 
     @classmethod
     def from_pretrained(cls, path: str, **config: Any) -> "HFAgent":
-        """An hf agent for a local model folder (weights and tokenizer with a chat template)."""
+        """An hf agent for a local model folder (weights and tokenizer with a chat template) or a model name of
+        :mod:`repogym.agents.models` (fetched on first use)."""
         from transformers import AutoTokenizer
 
+        path = resolve_model(path)
         return cls(HFEngine.from_pretrained(path), AutoTokenizer.from_pretrained(path, local_files_only=True),
                    HFAgentConfig(**config))
 
@@ -245,7 +263,7 @@ class HFAgent:
         tools = info.get("tools")
         if self.config.tools is not None:
             tools = [t for t in tools or [] if t["function"]["name"] in self.config.tools]
-        self.format = ChatFormat(self.tokenizer, self.config.system_prompt, tools or None)
+        self.format = ChatFormat(self.tokenizer, self.config.system_prompt, tools or None, self.config.few_shot)
         self.context.reset()
         self.ids, self.traces, self._pieces = [], [], {}
         self.history = [{"role": "system", "content": self.config.system_prompt},

@@ -44,6 +44,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import unquote
 
+from repogym.agents.chat_templates import tool_template
+from repogym.agents.models import resolve_model
 from repogym.agents.policy import Completion, Engine, SamplingParams
 from repogym.agents.trajectory import TokenSequence
 from repogym.envs.actions import CLOSE, OPEN, parse_action
@@ -217,6 +219,7 @@ class ChatProxy:
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._tool_template: str | None = None
 
     @classmethod
     def from_pretrained(cls, path: str, engine: str = "hf", config: ProxyConfig | None = None,
@@ -227,6 +230,7 @@ class ChatProxy:
 
         from repogym.trainer.inference import make_engine
 
+        path = resolve_model(path)
         options = {"path": path} if engine == "hf" else {"model": path}
         built = make_engine(engine, **options, **engine_options)
         return cls(built, AutoTokenizer.from_pretrained(path, local_files_only=True), config)
@@ -275,7 +279,7 @@ class ChatProxy:
             raise ProxyRequestError(400, f"episode id must match {_EPISODE_ID.pattern}, got {episode_id!r}")
         messages, tools, params, options = self._check(body)
         episode = self.episode(episode_id)
-        prompt, extends = self._render(episode, messages, tools)
+        prompt, extends = self._render(episode, messages, tools, options["template_kwargs"])
         limit = self.context_limit
         if limit and len(prompt) >= limit:
             with self._lock:
@@ -351,8 +355,11 @@ class ChatProxy:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ProxyRequestError(400, f"seed must be an integer, got {seed!r}", param="seed")
         params = SamplingParams(float(temperature), max_tokens, float(top_p), list(self.stop_token_ids), seed)
+        template_kwargs = body.get("chat_template_kwargs") or {}
+        if not isinstance(template_kwargs, dict):
+            raise ProxyRequestError(400, "chat_template_kwargs must be an object", param="chat_template_kwargs")
         options = {"model": str(body.get("model") or self.config.model_name), "logprobs": bool(body.get("logprobs")),
-                   "return_token_ids": bool(body.get("return_token_ids"))}
+                   "return_token_ids": bool(body.get("return_token_ids")), "template_kwargs": template_kwargs}
         return messages, tools, params, options
 
     # -- rendering --------------------------------------------------------------------------------------
@@ -376,11 +383,16 @@ class ChatProxy:
                 out = {"role": "assistant", "content": raw}
         return out
 
-    def _render(self, episode: ProxyEpisode, messages: list[dict], tools: list[dict] | None) -> tuple[list[int], bool]:
-        """The prompt ids, and whether they extend the episode's previous prompt and completion."""
+    def _render(self, episode: ProxyEpisode, messages: list[dict], tools: list[dict] | None,
+                template_kwargs: dict[str, Any] | None = None) -> tuple[list[int], bool]:
+        """The prompt ids, and whether they extend the episode's previous prompt and completion. With tools, a
+        template that ignores them is replaced by its family's (as the hf agent does), so both render alike."""
+        if tools and self._tool_template is None:
+            self._tool_template = tool_template(self.tokenizer)
         try:
-            text = self.tokenizer.apply_chat_template([self._message(m, episode) for m in messages], tools=tools,
-                                                      tokenize=False, add_generation_prompt=True)
+            text = self.tokenizer.apply_chat_template(
+                [self._message(m, episode) for m in messages], tools=tools, tokenize=False, add_generation_prompt=True,
+                chat_template=self._tool_template if tools else None, **(template_kwargs or {}))
         except Exception as exc:  # a template's own raise (a role it does not know, say) is the request's fault
             raise ProxyRequestError(400, f"the chat template could not render the messages: {exc}",
                                     param="messages") from None

