@@ -95,9 +95,12 @@ def _sha256(path: Path) -> str:
 def verify(name: str) -> list[str]:
     """Files of the fetched folder whose sha256 differs from the stamp's (empty: intact)."""
     folder = where(name)
+    if not is_fetched(name):
+        raise ConfigError(f"model {name!r} is not fetched yet (no {STAMP} in {folder}): nothing to verify")
     stamp = json.loads((folder / STAMP).read_text())
+    # The template is repogym's code, re-synced on use: a stamp written before it was left out may still list it.
     return [f for f, digest in stamp["files"].items()
-            if not (folder / f).is_file() or _sha256(folder / f) != digest]
+            if f != TEMPLATE_FILE and (not (folder / f).is_file() or _sha256(folder / f) != digest)]
 
 
 def fetch(name: str, progress: Callable[[str], None] | None = None) -> Path:

@@ -11,7 +11,8 @@ import argparse
 import sys
 
 from repogym.envs.errors import RepogymError
-from repogym.cli import analyze, bench, demo, export, images, leaderboard, proxy, serve, show, tasks, train, validate
+from repogym.cli import (analyze, bench, demo, export, images, leaderboard, models, proxy, serve, show, tasks, train,
+                         validate)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,7 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "in sandboxes, for benchmarking agents and training them with RL.",
         epilog="Run 'repogym COMMAND --help' for a command's options.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
-    for module in (tasks, validate, demo, bench, analyze, images, train, leaderboard, show, export, serve, proxy):
+    for module in (tasks, validate, demo, bench, analyze, images, models, train, leaderboard, show, export, serve,
+                   proxy):
         module.add_parser(sub)
     return parser
 
