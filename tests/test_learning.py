@@ -121,3 +121,20 @@ def test_copy_pretraining_teaches_reading_back_a_span(tokenizer):
                                                            "intermediate_size": 128}))
     losses = pretrain_copy(model, tokenizer, corpus, steps=300, batch_size=8, lr=3e-3)
     assert statistics.fmean(losses[-20:]) < 0.5 * statistics.fmean(losses[:20])
+
+
+def test_trainable_layers_trains_the_top_layers_only_and_rejects_a_count_the_model_lacks(tokenizer):
+    from repogym.envs.errors import ConfigError
+
+    two = TinyModelConfig(**{**TINY.__dict__, "num_layers": 2})
+    model = build_tiny_model(tokenizer, two)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    grpo = make_algorithm("grpo", {"group_size": 2})
+    learner = Learner(model, LearnerConfig(lr=0.05, micro_batch_size=4, seed=0, device="cpu", trainable_layers=1),
+                      tokenizer.pad_token_id)
+    samples = _samples(tokenizer)
+    learner.train_step(grpo.prepare([samples[:2], samples[2:]]), grpo)
+    moved = {k for k, v in learner.model.state_dict().items() if not torch.equal(v, before[k])}
+    assert moved and all(k.startswith(("model.layers.1.", "model.norm.")) for k in moved), sorted(moved)
+    with pytest.raises(ConfigError, match="between 1 and the model's decoder layers \\(2\\)"):
+        Learner(build_tiny_model(tokenizer, two), LearnerConfig(device="cpu", trainable_layers=3), tokenizer.pad_token_id)

@@ -71,6 +71,9 @@ class LearnerConfig:
     gpus_per_rank: float = 1.0
     """Ray GPU share each learner rank holds; below 1 only to share a device with an engine on purpose."""
     lora: LoraConfig | None = None
+    trainable_layers: int | None = None
+    """Train only the last N decoder layers and the final norm (None: every weight). On CPU the backward pass then
+    stops N layers down: a 30-layer model with N=6 trains in about half the time of the whole, embeddings frozen."""
     seed: int = 0
 
 
@@ -98,6 +101,10 @@ class Learner:
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
             model.config.use_cache = False
+        if config.trainable_layers is not None:
+            if config.lora is not None:
+                raise ConfigError("learner.trainable_layers and learner.lora do not combine: choose one")
+            freeze_below(model, config.trainable_layers)
         if config.lora is not None:
             if self.sharded:
                 raise ConfigError("learner.lora is not supported with a sharded learner (learner.world_size > 1)")
@@ -320,6 +327,21 @@ class Learner:
         if self.reference is not None and state.get("reference") is not None:
             self.reference.load_state_dict(state["reference"])
         self.steps = state["steps"]
+
+
+def freeze_below(model, trainable_layers: int) -> None:
+    """Leave only the last ``trainable_layers`` decoder layers and the final norm trainable."""
+    layers = getattr(model.get_decoder(), "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList) or not 1 <= trainable_layers <= len(layers):
+        count = len(layers) if isinstance(layers, torch.nn.ModuleList) else "no"
+        raise ConfigError(f"learner.trainable_layers must be between 1 and the model's decoder layers ({count}), "
+                          f"got {trainable_layers}")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    trainable = list(layers[len(layers) - trainable_layers:]) + [getattr(model.get_decoder(), "norm", None)]
+    for module in filter(None, trainable):
+        for p in module.parameters():
+            p.requires_grad_(True)
 
 
 def micro_batches(samples: list[Sample], size: int, max_tokens: int | None = None) -> list[list[Sample]]:
