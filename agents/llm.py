@@ -74,6 +74,9 @@ class LLMConfig:
     """Merged into every request body last (so it wins), e.g. vLLM's ``top_k`` or ``repetition_penalty``."""
     context: Any = "full"
     """Context policy (:mod:`repogym.agents.context`): ``full``, ``window``, ``summary``, or ``{"name": ..., options}``."""
+    tools: list[str] | None = None
+    """Tools sent with each request (None: every tool the env offers), as the hf agent's ``tools``: a small model
+    given two tools instead of ten has a shorter prompt and fewer wrong names to pick."""
 
     def __post_init__(self):
         if not isinstance(self.base_url, str) or not self.base_url.startswith(("http://", "https://")):
@@ -128,7 +131,10 @@ class LLMAgent:
     # -- the Agent protocol ---------------------------------------------------------------------------
     def reset(self, observation: str, info: dict[str, Any]) -> None:
         """Start a conversation: the system prompt, then the problem statement as the user's message."""
-        self.tools = info.get("tools") or None
+        tools = info.get("tools") or []
+        if self.config.tools is not None:
+            tools = [t for t in tools if t["function"]["name"] in self.config.tools]
+        self.tools = tools or None
         self.messages = [{"role": "system", "content": self.config.system_prompt},
                          {"role": "user", "content": observation}]
         self.usage = _zero_usage()

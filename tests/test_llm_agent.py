@@ -136,6 +136,7 @@ def test_two_turns_send_the_conversation_and_return_the_tool_calls(server):
     assert record["latency_s"] >= 0 and record["retries"] == 0
 
     agent.reset("another task", {"tools": TOOLS})
+    assert agent.tools == TOOLS
     assert agent.usage == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "requests": 0,
                            "retries": 0}
     assert [m["role"] for m in agent.messages] == ["system", "user"]
@@ -378,3 +379,11 @@ def test_an_episode_whose_first_prompt_overflows_ends_as_context_overflow_with_r
         env.close()
     assert result.status == "context_overflow" and result.reward == 0.0 and result.turns == 0
     assert "512" in result.eval["error"]["message"]
+
+
+def test_the_tools_option_sends_only_the_named_tools(server):
+    server.script = [tool_call_reply("submit", {}, "call_a", (10, 2))]
+    agent = agent_for(server, tools=["submit"])
+    agent.reset("task", {"tools": TOOLS})
+    agent.act("task", {})
+    assert [t["function"]["name"] for t in server.requests[0]["tools"]] == ["submit"]
