@@ -99,7 +99,10 @@ def tool_template(tokenizer) -> str:
     own = getattr(tokenizer, "chat_template", None)
     if not own:
         raise ConfigError("the tokenizer has no chat_template; repogym needs one to wrap turns")
-    if renders_tools(tokenizer):
+    try:
+        if renders_tools(tokenizer):
+            return own
+    except Exception:  # noqa: BLE001 - a template that refuses the probe's turns (no system role, say): its own
         return own
     if "<|im_start|>" in own:
         return HERMES_CHATML
