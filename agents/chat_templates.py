@@ -19,6 +19,8 @@ tokenizer's template from the model folder) render, so all three feed a model th
 
 from __future__ import annotations
 
+from jinja2 import TemplateError
+
 from repogym.envs.errors import ConfigError
 
 def _call(name: str, arguments: str) -> str:
@@ -102,7 +104,7 @@ def tool_template(tokenizer) -> str:
     try:
         if renders_tools(tokenizer):
             return own
-    except Exception:  # noqa: BLE001 - a template that refuses the probe's turns (no system role, say): its own
+    except TemplateError:  # a template that refuses the probe's turns (no system role, say) keeps its own
         return own
     if "<|im_start|>" in own:
         return HERMES_CHATML
