@@ -204,8 +204,8 @@ class HFAgentConfig:
     max_context_tokens: int | None = None
     """The model's context (None: its ``max_position_embeddings``); ``full`` raises past it."""
     few_shot: bool = True
-    """Render the chat template's example episode (templates of :mod:`repogym.agents.chat_templates`; others
-    ignore it) between the system prompt and the task."""
+    """Render the chat template's example turns, a request and its call per tool on offer, between the system
+    prompt and the task (templates of :mod:`repogym.agents.chat_templates`; others ignore it)."""
 
 
 @dataclass

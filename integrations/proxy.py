@@ -388,9 +388,9 @@ class ChatProxy:
                 template_kwargs: dict[str, Any] | None = None) -> tuple[list[int], bool]:
         """The prompt ids, and whether they extend the episode's previous prompt and completion. With tools, a
         template that ignores them is replaced by its family's (as the hf agent does), so both render alike."""
-        if tools and self._tool_template is None:
-            self._tool_template = tool_template(self.tokenizer)
         try:
+            if tools and self._tool_template is None:
+                self._tool_template = tool_template(self.tokenizer)
             text = self.tokenizer.apply_chat_template(
                 [self._message(m, episode) for m in messages], tools=tools, tokenize=False, add_generation_prompt=True,
                 chat_template=self._tool_template if tools else None, **(template_kwargs or {}))
