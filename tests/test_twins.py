@@ -245,7 +245,7 @@ def test_variants_differ_only_at_one_point_and_look_alike():
         # The same decorators, arguments and statements: one constant or operator differs, nothing else.
         assert len({len(t.splitlines()) for t in texts}) == 1
         assert all(sum(a != b for a, b in zip(texts[0].splitlines(), t.splitlines())) == 1 for t in texts[1:])
-        assert "comment" not in new  # every variant is rendered alike, the real one too
+        assert "# the real test's comment" not in new  # every variant is rendered alike, the real one too
     assert "parametrize" in ast.unparse(functions[made["t.py::TestClamp::test_high[15]"][1]].decorator_list[0])
     # The rest of the file is untouched, in order, and the variants stand where the test stood.
     assert new.index("def helper") < new.index("class TestClamp") < new.index("def test_leaves_early")
