@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 _ENGINE_ARGS = {"model", "tokenizer", "tensor_parallel_size", "dtype", "gpu_memory_utilization", "max_model_len",
                 "enable_prefix_caching", "seed", "enforce_eager", "worker_extension_cls", "logprobs_mode",
-                "distributed_executor_backend", "trust_remote_code", "disable_log_stats"}
+                "distributed_executor_backend", "trust_remote_code", "disable_log_stats", "enable_chunked_prefill",
+                "max_num_batched_tokens"}
 _SAMPLING_ARGS = {"n", "temperature", "top_p", "top_k", "min_p", "max_tokens", "stop_token_ids", "seed",
                   "logprobs", "detokenize", "skip_special_tokens"}
 
