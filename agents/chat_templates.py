@@ -23,6 +23,7 @@ from jinja2 import TemplateError
 
 from repogym.envs.errors import ConfigError
 
+
 def _call(name: str, arguments: str) -> str:
     return "'<tool_call>\\n{\"name\": \"" + name + "\", \"arguments\": " + arguments + "}\\n</tool_call>'"
 
@@ -31,7 +32,7 @@ def _turn(role: str, text: str) -> str:
     return "{{- '<|im_start|>" + role + "\\n' + " + text + " + '<|im_end|>\\n' }}"
 
 
-# Jinja, kept readable: the system turn (with the tools), the optional example episode, then the messages.
+# Jinja, kept readable: the system turn (with the tools), the optional example turns, then the messages.
 HERMES_CHATML = "".join([
     "{%- set few_shot = few_shot if few_shot is defined else true %}",
     "{%- if messages and messages[0].role == 'system' %}{%- set system = messages[0].content %}"

@@ -25,6 +25,7 @@ from repogym.agents.models import resolve_model
 from repogym.agents.policy import Completion, Engine, SamplingParams
 from repogym.envs.actions import parse_action
 from repogym.envs.errors import ConfigError
+from repogym.envs.tools import select_tools
 from repogym.envs.tools.base import ToolError
 
 DEFAULT_SYSTEM_PROMPT = ("You are a software engineer fixing an issue in a repository. Each turn, call exactly "
@@ -260,9 +261,7 @@ class HFAgent:
         return twin
 
     def reset(self, observation: str, info: dict[str, Any]) -> None:
-        tools = info.get("tools")
-        if self.config.tools is not None:
-            tools = [t for t in tools or [] if t["function"]["name"] in self.config.tools]
+        tools = select_tools(info.get("tools") or [], self.config.tools)
         self.format = ChatFormat(self.tokenizer, self.config.system_prompt, tools or None, self.config.few_shot)
         self.context.reset()
         self.ids, self.traces, self._pieces = [], [], {}

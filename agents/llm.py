@@ -32,6 +32,7 @@ from typing import Any, Callable
 from repogym.agents.context import answer, make_context_policy
 from repogym.agents.errors import ContextOverflow, LLMHTTPError, TransientLLMError
 from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.tools import select_tools
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a careful software engineer fixing an issue in a code repository through tools. "
@@ -131,10 +132,7 @@ class LLMAgent:
     # -- the Agent protocol ---------------------------------------------------------------------------
     def reset(self, observation: str, info: dict[str, Any]) -> None:
         """Start a conversation: the system prompt, then the problem statement as the user's message."""
-        tools = info.get("tools") or []
-        if self.config.tools is not None:
-            tools = [t for t in tools if t["function"]["name"] in self.config.tools]
-        self.tools = tools or None
+        self.tools = select_tools(info.get("tools") or [], self.config.tools) or None
         self.messages = [{"role": "system", "content": self.config.system_prompt},
                          {"role": "user", "content": observation}]
         self.usage = _zero_usage()

@@ -72,8 +72,8 @@ class LearnerConfig:
     """Ray GPU share each learner rank holds; below 1 only to share a device with an engine on purpose."""
     lora: LoraConfig | None = None
     trainable_layers: int | None = None
-    """Train only the last N decoder layers and the final norm (None: every weight). On CPU the backward pass then
-    stops N layers down: a 30-layer model with N=6 trains in about half the time of the whole, embeddings frozen."""
+    """Train only the last N decoder layers and the final norm (None: every weight); embeddings stay frozen and
+    the backward pass stops N layers down."""
     seed: int = 0
 
 

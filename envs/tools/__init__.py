@@ -41,4 +41,9 @@ def tools_schema(names: list[str] | None = None) -> list[dict]:
     return [get_tool(n).schema() for n in (names or list(TOOLS))]
 
 
-__all__ = ["Tool", "ToolContext", "ToolError", "ToolResult", "TOOLS", "get_tool", "register_tool", "tools_schema"]
+def select_tools(schemas: list[dict], names: list[str] | None) -> list[dict]:
+    """The OpenAI tool schemas among ``schemas`` named in ``names`` (None: all of them)."""
+    return list(schemas) if names is None else [t for t in schemas if t["function"]["name"] in names]
+
+
+__all__ = ["Tool", "ToolContext", "ToolError", "ToolResult", "TOOLS", "get_tool", "register_tool", "select_tools", "tools_schema"]
