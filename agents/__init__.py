@@ -1,15 +1,15 @@
 """Agents: the ``Agent`` protocol and a registry of agents by name (imported lazily on use).
 
 The agents' typed errors are in :mod:`repogym.agents.errors`; how an episode ended is a
-:class:`repogym.envs.status.Status`.
+:class:`repogym.envs.core.status.Status`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from repogym.envs.errors import ConfigError
-from repogym.envs.registry import Registry
+from repogym.envs.core.errors import ConfigError
+from repogym.envs.core.registry import Registry
 
 
 @runtime_checkable

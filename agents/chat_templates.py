@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from jinja2 import TemplateError
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 
 
 def _call(name: str, arguments: str) -> str:

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from repogym.agents.errors import ContextOverflow
-from repogym.envs.errors import ConfigError
-from repogym.envs.registry import Registry
+from repogym.envs.core.errors import ConfigError
+from repogym.envs.core.registry import Registry
 
 Message = dict[str, Any]
 Summarize = Callable[[list[Message]], str]

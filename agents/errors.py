@@ -1,6 +1,6 @@
-"""The agents' typed failures, in one place (the environment's own are in :mod:`repogym.envs.errors`).
+"""The agents' typed failures, in one place (the environment's own are in :mod:`repogym.envs.core.errors`).
 
-Each one subclasses :class:`repogym.envs.errors.RepogymError`, so the CLI reports it as a clean error, and
+Each one subclasses :class:`repogym.envs.core.errors.RepogymError`, so the CLI reports it as a clean error, and
 keeps to the three treatments of failure there:
 - :class:`ContextOverflow` is the *policy's* limit, not the machine's: the rollout ends the episode as
   ``context_overflow`` with reward 0, kept for training;
@@ -8,12 +8,12 @@ keeps to the three treatments of failure there:
   the rollout ends the episode as ``infra_error`` with a NaN reward, excluded from training and metrics;
 - :class:`TrajectoryFileError` is a malformed trajectory file (a user's input), naming the file and line.
 
-A wrong agent option is a :class:`repogym.envs.errors.ConfigError`, raised when the agent is built.
+A wrong agent option is a :class:`repogym.envs.core.errors.ConfigError`, raised when the agent is built.
 """
 
 from __future__ import annotations
 
-from repogym.envs.errors import InfraError, RepogymError
+from repogym.envs.core.errors import InfraError, RepogymError
 
 
 class ContextOverflow(RepogymError):

@@ -31,7 +31,7 @@ from typing import Any, Iterable
 from repogym.agents.errors import TrajectoryFileError
 from repogym.agents.trajectory import Trajectory, read_trajectory
 from repogym.envs.actions import parse_action
-from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.core.errors import ConfigError, InfraError
 from repogym.envs.tools.base import ToolError
 
 FORMATS = ("jsonl", "parquet")

@@ -24,7 +24,7 @@ from repogym.agents.errors import ContextOverflow
 from repogym.agents.models import resolve_model
 from repogym.agents.policy import Completion, Engine, SamplingParams
 from repogym.envs.actions import parse_action
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.tools import select_tools
 from repogym.envs.tools.base import ToolError
 

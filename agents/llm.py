@@ -7,7 +7,7 @@ call of the answer as action text ``{"name": ..., "arguments": {...}}``.
 Guaranteed: the conversation kept is exactly what the environment saw (one assistant message per step,
 answered by a ``tool`` message linked by ``tool_call_id``, or by a ``user`` message after a plain-text
 answer); token usage is summed per episode. Failures of the server (connection refused, timeouts, HTTP
-429 and 5xx) are retried with exponential backoff and then raised as :class:`repogym.envs.errors.InfraError`
+429 and 5xx) are retried with exponential backoff and then raised as :class:`repogym.envs.core.errors.InfraError`
 with ``where="llm"``; any other HTTP error is raised at once (:class:`repogym.agents.errors.LLMHTTPError`).
 A prompt over the model's context (HTTP 400 "maximum context length", as vLLM and OpenAI answer) is the
 policy's limit, not infrastructure: it raises :class:`repogym.agents.errors.ContextOverflow`, which ends the
@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from repogym.agents.context import answer, make_context_policy
 from repogym.agents.errors import ContextOverflow, LLMHTTPError, TransientLLMError
-from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.core.errors import ConfigError, InfraError
 from repogym.envs.tools import select_tools
 
 DEFAULT_SYSTEM_PROMPT = (

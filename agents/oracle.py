@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.tasks.schema import Task
 from repogym.envs.tasks.suites import load_suite
 

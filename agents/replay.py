@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from repogym.agents.trajectory import read_trajectory
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 
 
 class ReplayAgent:

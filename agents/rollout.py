@@ -1,8 +1,8 @@
 """Running an agent in an environment for one episode, writing the trajectory as it goes.
 
 The trajectory format is described in :mod:`repogym.agents.trajectory`. An agent that fails on infrastructure
-(an unreachable model server: :class:`repogym.envs.errors.InfraError`) ends the episode as
-:attr:`Status.INFRA_ERROR <repogym.envs.status.Status.INFRA_ERROR>` with a NaN reward, recorded with where it
+(an unreachable model server: :class:`repogym.envs.core.errors.InfraError`) ends the episode as
+:attr:`Status.INFRA_ERROR <repogym.envs.core.status.Status.INFRA_ERROR>` with a NaN reward, recorded with where it
 happened, never as a reward of 0. A policy whose context runs out
 (:class:`repogym.agents.errors.ContextOverflow`) ends it as ``context_overflow`` with reward 0: that is the
 policy's outcome, kept for training.
@@ -19,8 +19,8 @@ import gymnasium as gym
 
 from repogym.agents.errors import ContextOverflow
 from repogym.agents.trajectory import TRAJECTORY_FORMAT, TokenSequence, Trajectory, TrajectoryWriter, status_of
-from repogym.envs.errors import InfraError
-from repogym.envs.status import Status, excluded
+from repogym.envs.core.errors import InfraError
+from repogym.envs.core.status import Status, excluded
 
 UNKNOWN_STATUS = "unknown"
 """The status of an episode that ended with no eval record (an environment that grades nothing): no outcome."""

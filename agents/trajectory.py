@@ -9,7 +9,7 @@ The token sequence of an episode is the concatenation over steps of ``prompt`` (
 ``completion`` (loss mask 1): exactly the tokens the model was fed and generated, nothing re-rendered.
 Version 1 files (no ``agent`` field) still read; they just carry no tokens.
 
-The ``status`` of the end line is a :class:`repogym.envs.status.Status` value, written as its plain string;
+The ``status`` of the end line is a :class:`repogym.envs.core.status.Status` value, written as its plain string;
 :func:`status_of` reads one back. What is not an outcome (a reader's ``unfinished`` for a file with no end
 line, or a status written by another tool) stays a plain string.
 """
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from repogym.agents.errors import TrajectoryFileError
-from repogym.envs.errors import InfraError
-from repogym.envs.status import Status
+from repogym.envs.core.errors import InfraError
+from repogym.envs.core.status import Status
 
 TRAJECTORY_FORMAT = "repogym.trajectory/2"
 READABLE_FORMATS = ("repogym.trajectory/1", TRAJECTORY_FORMAT)

@@ -17,7 +17,7 @@ Guarantees:
 - every branch writes its own trajectory (``<base>.b<index>.jsonl``); its header and end line carry a
   ``best_of_n`` record (n, branch, whether it was chosen, its verifier score). A submitted branch that was not
   chosen ends with status ``not_chosen`` and no reward;
-- when the episode cannot be forked (:class:`repogym.envs.errors.ForkRefused`) the trial is one plain episode
+- when the episode cannot be forked (:class:`repogym.envs.core.errors.ForkRefused`) the trial is one plain episode
   (branch 0 only), recorded with ``fallback`` set to the reason; an infrastructure failure (reset, fork, the
   agent's server) never raises: the trial is an ``infra_error``;
 - every fork is closed before this returns; the source environment is not (it is the caller's).
@@ -38,9 +38,9 @@ from repogym.agents.errors import ContextOverflow
 from repogym.agents.rollout import UNKNOWN_STATUS
 from repogym.agents.trajectory import TRAJECTORY_FORMAT, TrajectoryWriter, status_of
 from repogym.envs.actions import parse_action
-from repogym.envs.errors import ForkRefused, InfraError
+from repogym.envs.core.errors import ForkRefused, InfraError
 from repogym.bench.db import Outcome
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 
 BRANCH_SEED_STRIDE = 1_000_000
 """Branch seeds never collide with a pass@1 seed (task index * 1000 + sample) while a suite has < 1000 tasks."""

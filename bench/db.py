@@ -5,7 +5,7 @@ Episodes are written one by one as they finish, each in its own transaction (WAL
 killed at any moment keeps every episode that finished. ``episode_key`` (agent, checkpoint, suite,
 task, sample) is unique: re-running the same benchmark skips what is already there.
 
-``status`` is stored as the plain string of its :class:`repogym.envs.status.Status` and read back as one.
+``status`` is stored as the plain string of its :class:`repogym.envs.core.status.Status` and read back as one.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from repogym.agents.trajectory import status_of
-from repogym.envs.status import Status, excluded
+from repogym.envs.core.status import Status, excluded
 
 SCHEMA_VERSION = 1
 
@@ -96,7 +96,7 @@ class Outcome:
 
     @property
     def infra_error(self) -> bool:
-        """Left out of every rate (:func:`repogym.envs.status.excluded`): an infrastructure failure or no reward."""
+        """Left out of every rate (:func:`repogym.envs.core.status.excluded`): an infrastructure failure or no reward."""
         return excluded(self.status, self.reward)
 
 

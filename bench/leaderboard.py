@@ -27,7 +27,7 @@ from typing import Sequence
 from repogym.bench.db import EpisodeRow, ResultsDB
 from repogym.bench.metrics import BestOfNSummary, Summary, summarize, summarize_best_of_n
 from repogym.bench.viewer import html_page, load_episode, render_html
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 
 LEARNING_CURVES = ("rollout/success_rate", "eval/success_rate", "eval_heldout/success_rate")
 """The training metrics plotted, one chart each (an evaluation's 95% Wilson interval as a band, when logged)."""

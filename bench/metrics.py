@@ -1,7 +1,7 @@
 """Benchmark metrics over stored episodes: resolved rate, pass@k, confidence intervals and process metrics.
 
 Guarantees:
-- excluded episodes (:func:`repogym.envs.status.excluded`: ``infra_error``, or no reward) count in
+- excluded episodes (:func:`repogym.envs.core.status.excluded`: ``infra_error``, or no reward) count in
   ``episodes`` and ``infra_errors`` / ``infra_error_rate`` and nowhere else: every rate and mean is over the
   other ("valid") episodes, so a broken sandbox never reads as a failed agent.
 - Rates are means over tasks of each task's c/n (c resolved of n valid samples), so a task run more often
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from repogym.bench.db import BestOfNRow, EpisodeRow
-from repogym.envs.rewards.rates import pass_at_k, wilson
+from repogym.envs.core.rates import pass_at_k, wilson
 
 
 @dataclass

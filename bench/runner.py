@@ -10,9 +10,9 @@ Guarantees:
 - Ctrl-C stops at once: nothing more is written, episodes in flight are dropped (their trajectory files
   stay, unreferenced, and are overwritten on resume). Local sandboxes die with the process; Docker
   containers left over are labelled for ``repogym gc``.
-- Infrastructure failures, the agent's included (:class:`repogym.envs.errors.InfraError` from ``act`` or from
-  loading the task), are stored as ``infra_error`` rows (:class:`repogym.envs.status.Status`) with ``where``
-  and ``message`` and no reward, never as reward 0; so is any episode :func:`repogym.envs.status.excluded`
+- Infrastructure failures, the agent's included (:class:`repogym.envs.core.errors.InfraError` from ``act`` or from
+  loading the task), are stored as ``infra_error`` rows (:class:`repogym.envs.core.status.Status`) with ``where``
+  and ``message`` and no reward, never as reward 0; so is any episode :func:`repogym.envs.core.status.excluded`
   leaves out (a NaN reward).
   Any other exception is a bug: the run stops and it propagates.
 
@@ -38,8 +38,8 @@ from repogym.agents.trajectory import Trajectory
 from repogym.bench.best_of_n import BestOfNResult, run_best_of_n
 from repogym.bench.db import BestOfNRow, EpisodeRow, ResultsDB, best_of_n_key, episode_key
 from repogym.bench.metrics import BestOfNSummary, Summary, summarize, summarize_best_of_n
-from repogym.envs.errors import ConfigError, InfraError
-from repogym.envs.status import Status
+from repogym.envs.core.errors import ConfigError, InfraError
+from repogym.envs.core.status import Status
 from repogym.envs.tasks.schema import Task
 
 SEED_STRIDE = 1000

@@ -3,7 +3,7 @@
 Guaranteed:
 - every trajectory format in :data:`repogym.agents.trajectory.READABLE_FORMATS` reads; an unfinished episode
   (no end line) renders with status ``unfinished`` (:data:`repogym.agents.trajectory.UNFINISHED`);
-- a missing or unreadable file is a :class:`repogym.envs.errors.ConfigError` naming the file and why;
+- a missing or unreadable file is a :class:`repogym.envs.core.errors.ConfigError` naming the file and why;
 - in HTML, every text from the trajectory (actions, tool output, test ids, the diff) is escaped: agent
   output is untrusted. The page needs no network: inline CSS, no scripts;
 - text is cut to ``MAX_LINES`` lines per block unless ``full``, with a marker saying how many were cut.
@@ -24,8 +24,8 @@ from typing import Any
 
 from repogym.agents.trajectory import UNFINISHED, read_trajectory
 from repogym.envs.actions import parse_action
-from repogym.envs.errors import ConfigError
-from repogym.envs.status import Status
+from repogym.envs.core.errors import ConfigError
+from repogym.envs.core.status import Status
 from repogym.envs.tools.base import ToolError
 
 MAX_LINES = 40

@@ -23,7 +23,7 @@ if [ "$random_init" = 0 ] && [ ! -d "$model" ]; then
 import sys
 
 from repogym.agents.models import is_fetched, models_dir, spec_of, where
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 
 name = sys.argv[1]
 try:

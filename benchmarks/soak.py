@@ -27,7 +27,7 @@ files of hostile episodes found on the host. Exit status 1 when anything leaked 
   containers after the env's previous episode ended, i.e. the episode in flight or the next one; local:
   a kill of any sandbox, as a ``bwrap`` names no env); hence none in the idle phase, and no more than kills;
 - the null agent never resolves; every oracle episode no kill could have reached resolves;
-- no episode raises anything but :class:`repogym.envs.errors.InfraError`, and no env thread hangs;
+- no episode raises anything but :class:`repogym.envs.core.errors.InfraError`, and no env thread hangs;
 - every hostile episode scores exactly 0, as above (an ``infra_error`` a kill could have reached is excused,
   as for the others).
 
@@ -63,10 +63,10 @@ import gymnasium as gym
 from repogym.agents import make_agent
 from repogym.agents.oracle import OracleAgent
 from repogym.agents.rollout import run_episode
-from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.core.errors import ConfigError, InfraError
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
 from repogym.envs.sandbox import SandboxConfig
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 from repogym.envs.tasks.schema import Task
 from repogym.envs.tasks.suites import find_task
 

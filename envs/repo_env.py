@@ -9,7 +9,7 @@ grades whatever the diff is then), as do the optional budgets of observation tok
 (and tokens, given a tokenizer) and the episode's running totals. Agent mistakes are observations;
 infrastructure failures end the episode with ``info["infra_error"]`` and a NaN reward, so training can
 drop them; an agent that kills its own sandbox gets reward 0. What the episode has done so far (turn, last
-edit, test runs) is an :class:`repogym.envs.episode_state.EpisodeState`, made fresh on each reset and shared
+edit, test runs) is an :class:`repogym.envs.core.episode_state.EpisodeState`, made fresh on each reset and shared
 with the tools through their context; the reward's facts are read from it (:mod:`repogym.envs.rewards.facts`).
 """
 
@@ -25,14 +25,14 @@ from typing import Any
 import gymnasium as gym
 
 from repogym.envs.actions import FORMAT_HINT, parse_action
-from repogym.envs.errors import (
+from repogym.envs.core.errors import (
     ConfigError, ForkRefused, InfraError, SandboxError, SandboxKilledByAgent, SandboxRefused)
 from repogym.envs.rewards import EvalRecord, grade
 from repogym.envs.rewards.components import EpisodeFacts, RewardConfig, compute_reward
 from repogym.envs.rewards.facts import analyze_sandbox, ran_tests_since_last_edit, tests_since_last_edit
 from repogym.envs.sandbox import SandboxConfig, SandboxRequestError, default_backend, sandbox_factory
 from repogym.envs.sandbox.pool import SandboxPool
-from repogym.envs.status import Status, excluded
+from repogym.envs.core.status import Status, excluded
 from repogym.envs.tasks.repos import repo_path, snapshot
 from repogym.envs.tasks.schema import Task
 from repogym.envs.tasks.suites import find_task, load_suite

@@ -41,9 +41,9 @@ from typing import Any, Callable
 
 from repogym.agents.rollout import EpisodeResult
 from repogym.agents.trajectory import TRAJECTORY_FORMAT, Trajectory, TrajectoryWriter
-from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.core.errors import ConfigError, InfraError
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 from repogym.integrations.proxy import CONTEXT_OVERFLOW, ChatProxy
 
 INSTALL_HINT = 'pip install "repogym[integrations]"'

@@ -39,7 +39,7 @@ idle past ``idle_timeout_s`` is closed at the reaper's next pass (it wakes every
 s), and a step still running counts as idle, so keep the timeout above the longest step (``run_tests``,
 grading). A reaped session's socket stays open and answers ``error (session_closed)``; ``timeout_s`` of a step
 request is ignored (the env's own command timeouts apply). openenv-core is imported lazily: without it,
-importing this module works and using it raises a :class:`repogym.envs.errors.ConfigError` naming
+importing this module works and using it raises a :class:`repogym.envs.core.errors.ConfigError` naming
 ``pip install "repogym[integrations]"``.
 """
 
@@ -58,7 +58,7 @@ from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.repo_env import EnvConfig
 
 INSTALL_HINT = 'pip install "repogym[integrations]"'

@@ -49,7 +49,7 @@ from repogym.agents.models import resolve_model
 from repogym.agents.policy import Completion, Engine, SamplingParams
 from repogym.agents.trajectory import TokenSequence
 from repogym.envs.actions import CLOSE, OPEN, parse_action
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.tools.base import ToolError
 
 EPISODE_HEADER = "X-Repogym-Episode"

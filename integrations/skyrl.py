@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
 
 ENV_ID = "repogym"

@@ -38,9 +38,9 @@ from typing import Any
 
 from repogym.agents.hf import DEFAULT_SYSTEM_PROMPT, HFAgent, HFAgentConfig, HFEngine
 from repogym.agents.rollout import EpisodeResult, run_episode
-from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.core.errors import ConfigError, InfraError
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 from repogym.envs.tasks import load_suite
 
 INSTALL_HINT = 'pip install "repogym[integrations]"'

@@ -39,7 +39,7 @@ import sys
 from dataclasses import fields
 from typing import Any
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
 
 PLUGIN_ID = "repogym_verifiers"

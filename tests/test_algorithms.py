@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.trainer.algorithms.common import Sample, aggregate, collate, normalizer, token_logprobs
 from repogym.trainer.algorithms.grpo import GRPO, GRPOConfig, group_advantages
 from repogym.trainer.algorithms.ppo import gae
@@ -233,7 +233,7 @@ def test_tis_cap_must_be_positive(name):
 
 # -- the registry and the protocol ------------------------------------------------------------------------
 def test_make_algorithm_resolves_by_name_and_a_miss_lists_every_algorithm():
-    from repogym.envs.errors import ConfigError
+    from repogym.envs.core.errors import ConfigError
     from repogym.trainer.algorithms import ALGORITHMS, make_algorithm
 
     assert ALGORITHMS.names() == ["grpo", "ppo", "sft"]
@@ -281,7 +281,7 @@ def test_every_algorithm_provides_the_whole_protocol(name, options, expected):
 
 
 def test_truncated_episodes_count_in_their_group_and_are_left_out_of_the_loss():
-    from repogym.envs.status import Status
+    from repogym.envs.core.status import Status
     from repogym.trainer.train import mask_reason, trainable
 
     assert mask_reason(Status.UNRESOLVED, 9000, 4096, True) == "overlong"

@@ -14,7 +14,7 @@ import pytest
 
 from repogym.envs.analysis import RepoIndex, Unresolved, analyze_diff
 from repogym.envs.analysis import extract as extract_module
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 
 REPO = {
     "app/__init__.py": b"",

@@ -20,8 +20,8 @@ from repogym.agents.trajectory import Trajectory
 from repogym.bench.db import EpisodeRow, ResultsDB
 from repogym.bench.metrics import pass_at_k, summarize, summary_table, wilson
 from repogym.bench.runner import BenchConfig, episode_row, plan, run_bench
-from repogym.envs.errors import ConfigError, InfraError
-from repogym.envs.status import Status
+from repogym.envs.core.errors import ConfigError, InfraError
+from repogym.envs.core.status import Status
 from repogym.envs.tasks.schema import Task
 from repogym.envs.tasks.suites import load_suite
 from repogym.cli import main

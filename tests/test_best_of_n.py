@@ -18,7 +18,7 @@ from repogym.bench.leaderboard import best_of_n_markdown
 from repogym.bench.metrics import best_of_n_table, summarize, summarize_best_of_n
 from repogym.bench.runner import BenchConfig, run_bench
 from repogym.cli import main
-from repogym.envs.errors import ConfigError, ForkRefused
+from repogym.envs.core.errors import ConfigError, ForkRefused
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
 from repogym.envs.tasks.schema import save_tasks
 from tests.conftest import require_backend

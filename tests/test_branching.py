@@ -12,7 +12,7 @@ from repogym.agents.hf import HFAgent, HFAgentConfig
 from repogym.agents.policy import Completion
 from repogym.agents.rollout import run_episode
 from repogym.agents.trajectory import read_trajectory
-from repogym.envs.errors import ConfigError, ForkRefused
+from repogym.envs.core.errors import ConfigError, ForkRefused
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
 from repogym.trainer.algorithms.common import Sample
 from repogym.trainer.algorithms.grpo import GRPO, GRPOConfig, group_advantages
@@ -252,7 +252,7 @@ def test_branching_config_rejects_what_cannot_work():
 
 
 def test_the_worker_branches_training_episodes_only(tiny_task):
-    from repogym.envs.status import Status
+    from repogym.envs.core.status import Status
     from repogym.trainer.fleet import EpisodeRequest, RolloutWorker, WorkerSpec
 
     spec = WorkerSpec(tasks=[tiny_task], env=EnvConfig(sandbox="local", max_turns=2), agent="null",

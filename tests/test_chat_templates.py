@@ -6,7 +6,7 @@ import pytest
 
 from repogym.agents.chat_templates import HERMES_CHATML, renders_tools, tool_template
 from repogym.agents.hf import ChatFormat
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.tools import tools_schema
 from repogym.integrations.proxy import ChatProxy
 from repogym.trainer.tiny import CHAT_TEMPLATE, build_tokenizer

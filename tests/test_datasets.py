@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from repogym.cli import main
-from repogym.envs.errors import ConfigError, TaskFileError
+from repogym.envs.core.errors import ConfigError, TaskFileError
 from repogym.envs.tasks.datasets import detect, load_dataset
 from repogym.envs.tasks.patches import new_files_patch, reverse_patch
 from repogym.envs.tasks.schema import load_tasks, save_tasks

@@ -19,7 +19,7 @@ from typing import Callable
 import pytest
 
 from repogym.envs.rewards import EvalRecord, grade
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 from repogym.envs.sandbox import SandboxConfig, make_sandbox
 from repogym.envs.sandbox.base import Sandbox
 from repogym.envs.sandbox.pool import SandboxPool

@@ -8,11 +8,11 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import repogym.envs  # noqa: F401
-from repogym.envs.episode_state import EpisodeState, TestRunRecord
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.episode_state import EpisodeState, TestRunRecord
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv, truncate
 from repogym.envs.rewards import facts as episode_facts  # its tests_since_last_edit would be collected as a test
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 
 
 def call(name, **arguments):

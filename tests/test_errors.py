@@ -1,4 +1,4 @@
-"""envs/errors.py is the one vocabulary of failures of ``repogym.envs``: every error is a RepogymError,
+"""envs/core/errors.py is the one vocabulary of failures of ``repogym.envs``: every error is a RepogymError,
 and no other module under envs/ defines an exception class."""
 
 import ast
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from repogym.envs import errors
+from repogym.envs.core import errors
 
 ENVS = Path(__file__).resolve().parents[1] / "envs"
 # Run inside a sandbox or as a script, where repogym is not importable: they keep their own exceptions.
@@ -28,7 +28,7 @@ def exception_classes_outside_errors(root: Path = ENVS) -> list[str]:
     classes = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        if rel == "errors.py" or rel.startswith(OUTSIDE_THE_VOCABULARY):
+        if rel == "core/errors.py" or rel.startswith(OUTSIDE_THE_VOCABULARY):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ClassDef):
@@ -50,7 +50,8 @@ def test_every_exception_class_of_envs_is_defined_in_errors_py():
 
 
 def test_the_walk_finds_an_exception_class_defined_elsewhere(tmp_path):
-    (tmp_path / "errors.py").write_text("class RepogymError(Exception):\n    pass\n")
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "errors.py").write_text("class RepogymError(Exception):\n    pass\n")
     (tmp_path / "mod.py").write_text("import x\nclass Direct(ValueError):\n    pass\n"
                                      "class Indirect(Direct):\n    pass\nclass Typed(x.RepogymError):\n    pass\n"
                                      "class Plain:\n    pass\n")

@@ -15,7 +15,7 @@ from repogym.agents.oracle import OracleAgent
 from repogym.agents.rollout import run_episode
 from repogym.agents.trajectory import TRAJECTORY_FORMAT, read_trajectory
 from repogym.cli import main
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.trainer.tiny import TinyModelConfig, build_tiny_model, build_tokenizer
 from tests.conftest import require_backend
 

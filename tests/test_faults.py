@@ -13,10 +13,10 @@ import pytest
 
 from repogym.agents import make_agent
 from repogym.agents.rollout import run_episode
-from repogym.envs.errors import InfraError, SandboxError
+from repogym.envs.core.errors import InfraError, SandboxError
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
 from repogym.envs.sandbox import SandboxConfig
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 
 
 def call(name, **arguments):
@@ -216,7 +216,7 @@ def test_a_sandbox_that_fails_to_start_is_infrastructure_replaced_and_counted(ti
 
 def test_a_rollout_worker_turns_any_exception_into_an_outcome(tiny_task, monkeypatch):
     from repogym.trainer.fleet import EpisodeRequest, RolloutWorker, WorkerSpec
-    from repogym.envs.errors import SandboxKilledByAgent
+    from repogym.envs.core.errors import SandboxKilledByAgent
     worker = RolloutWorker(WorkerSpec(tasks=[tiny_task], env=EnvConfig(sandbox="local"), agent="null"))
     for error in (SandboxKilledByAgent("sandbox.local.ping", "runner exited"), RuntimeError("a bug"),
                   SandboxError("sandbox.local.start", "no bwrap")):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.taskgen.flips import NEGATED, FlipsConfig, build_flips, suite_files
 
 SMALL = dict(train_projects=2, unseen_projects=1, modules=3, functions=4, heldout_modules=1, heldout_functions=1)

@@ -28,7 +28,7 @@ from repogym.envs.rewards.twins import Twin, TwinPlan
 from repogym.envs.rewards.guards import check_run, harness_reach, tripped
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
 from repogym.envs.sandbox.testrun import TestRun, _read_stream, aggregate_stream, launch_command
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 from tests.conftest import CORRECT
 from tests.test_integrity import F2P, patch_of
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from repogym.envs.errors import ConfigError, ForkRefused
+from repogym.envs.core.errors import ConfigError, ForkRefused
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
 from tests.test_hostile import EVIL, GIT_ATTACKS, LIMITS, call
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from repogym.envs.errors import ConfigError, SandboxUnavailable
+from repogym.envs.core.errors import ConfigError, SandboxUnavailable
 from repogym.envs.sandbox import gc, owner
 from repogym.envs.sandbox.owner import (MARKER_NAME, OWNER_LABEL, heartbeat_path, owner_alive, owner_id, owner_labels,
                                 owner_status, write_owner_marker)

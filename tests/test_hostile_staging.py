@@ -18,12 +18,12 @@ import math
 
 import pytest
 
-from repogym.envs.errors import InfraError, SandboxRefused
+from repogym.envs.core.errors import InfraError, SandboxRefused
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
 from repogym.envs.rewards import grade, reward_of
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
 from repogym.envs.sandbox.testrun import run_test_command
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 from repogym.envs.tasks.repos import snapshot
 from tests.test_integrity import CHEAT, F2P, fixed_ops, patch_of
 

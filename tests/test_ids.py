@@ -7,7 +7,7 @@ import pytest
 from repogym.envs.rewards import grade
 from repogym.envs.rewards.ids import cut_at_whitespace, named_by, outcome_of, outcomes_of
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 
 REPORT = {
     "t.py::test_a": "passed",

@@ -10,7 +10,7 @@ from repogym.agents.hf import HFEngine
 from repogym.agents.policy import Completion
 from repogym.agents.trajectory import read_trajectory
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 from repogym.envs.tasks import load_suite
 from repogym.envs.tasks.suites import find_task
 from repogym.integrations.mini_swe import MiniSweConfig, RepoGymEnvironment, run_mini_swe_episode

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from repogym.cli import build_parser
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.tasks.suites import find_task
 from tests.conftest import require_backend
 

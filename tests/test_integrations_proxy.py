@@ -12,7 +12,7 @@ from repogym.agents.errors import ContextOverflow
 from repogym.agents.hf import HFEngine
 from repogym.agents.llm import LLMAgent
 from repogym.agents.policy import Completion
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.integrations.proxy import CONTEXT_OVERFLOW, EPISODE_HEADER, ChatProxy, ProxyConfig, parse_tool_calls
 from repogym.trainer.tiny import TinyModelConfig, build_tiny_model, build_tokenizer
 

@@ -8,9 +8,9 @@ import pytest
 
 from repogym.agents.rollout import EpisodeResult
 from repogym.agents.trajectory import TokenSequence, read_trajectory
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.repo_env import EnvConfig
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 from repogym.envs.tasks import load_suite
 from repogym.integrations.trl import RepoGymRollout, TRLRolloutConfig, make_grpo_trainer, repogym_reward, task_dataset
 from repogym.trainer.tiny import TinyModelConfig, build_tiny_model, build_tokenizer
@@ -54,7 +54,7 @@ def test_a_sandbox_that_fails_to_start_is_an_unscored_row_not_a_crash(tiny_lm, m
     from types import SimpleNamespace
 
     import repogym.integrations.trl as trl_module
-    from repogym.envs.errors import InfraError
+    from repogym.envs.core.errors import InfraError
 
     tokenizer, model = tiny_lm
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.repo_env import RepoTaskEnv
 from repogym.envs.tasks.suites import find_task
 from tests.conftest import require_backend

@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 
 import repogym.envs.rewards.evaluate as evaluate
-from repogym.envs.errors import SandboxError, SandboxKilledByAgent
+from repogym.envs.core.errors import SandboxError, SandboxKilledByAgent
 from repogym.envs.repo_env import RepoTaskEnv
 from repogym.envs.rewards import grade, reward_of
 from repogym.envs.rewards.leaks import added_lines, find_leaks, inspect_sandbox
 from repogym.envs.rewards.validate import validate_task
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
 from repogym.envs.sandbox.local import PROJECT_ROOT, SYSTEM_DIRS
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 from repogym.envs.taskgen.sources import extract_tar
 from repogym.envs.tasks.repos import snapshot
 from tests.conftest import CORRECT, _git

@@ -20,8 +20,9 @@ NOT_IMPORTED = ("repogym.envs.sandbox.inside", "repogym.envs.sandbox.local_launc
 # Bottom to top. A module may import its own unit, or a unit of a lower layer; units of one layer are
 # independent of each other (bench and trainer do not import each other, nor do tasks and analysis).
 LAYERS: list[tuple[str, ...]] = [
-    ("repogym.envs.errors", "repogym.envs.status", "repogym.envs.episode_state"),  # the vocabulary
-    ("repogym.envs.registry",),                              # the one registry idiom
+    ("repogym.envs.core", "repogym.envs.core.errors", "repogym.envs.core.status",
+     "repogym.envs.core.episode_state"),                     # the vocabulary
+    ("repogym.envs.core.registry", "repogym.envs.core.rates"),  # the one registry idiom; success rates
     ("repogym.envs.tasks", "repogym.envs.analysis"),         # task records and repositories; static analysis
     ("repogym.envs.sandbox",),                               # where commands run
     ("repogym.envs.rewards",),                               # grading in a pristine sandbox, reward components

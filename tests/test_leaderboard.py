@@ -192,7 +192,7 @@ def test_show_missing_or_unreadable_file_is_a_clean_error(tmp_path, capsys):
 def test_a_malformed_trajectory_is_a_typed_error_naming_the_line(tmp_path):
     from repogym.agents.errors import TrajectoryFileError
     from repogym.agents.trajectory import UNFINISHED, read_trajectory
-    from repogym.envs.status import Status
+    from repogym.envs.core.status import Status
     path = tmp_path / "t.jsonl"
     header = json.dumps({"type": "header", "format": "repogym.trajectory/2", "task_id": "t", "observation": "o"})
     path.write_text(header + "\n[1, 2]\n{}\n")

@@ -124,7 +124,7 @@ def test_copy_pretraining_teaches_reading_back_a_span(tokenizer):
 
 
 def test_trainable_layers_trains_the_top_layers_only_and_rejects_a_count_the_model_lacks(tokenizer):
-    from repogym.envs.errors import ConfigError
+    from repogym.envs.core.errors import ConfigError
 
     two = TinyModelConfig(**{**TINY.__dict__, "num_layers": 2})
     model = build_tiny_model(tokenizer, two)

@@ -11,7 +11,7 @@ import pytest
 from repogym.agents import make_agent
 from repogym.agents.llm import LLMAgent, LLMConfig, LLMHTTPError
 from repogym.envs.actions import parse_action
-from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.core.errors import ConfigError, InfraError
 
 TOOLS = [{"type": "function", "function": {"name": "view", "description": "Show a file.",
                                            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}},
@@ -282,7 +282,7 @@ def test_exhausted_retries_raise_infra_error_naming_the_url(server):
 
 def test_the_agents_errors_live_in_one_module_and_stay_typed():
     from repogym.agents import context, errors, hf, llm
-    from repogym.envs.errors import RepogymError
+    from repogym.envs.core.errors import RepogymError
     assert llm.LLMHTTPError is errors.LLMHTTPError and context.ContextOverflow is errors.ContextOverflow
     assert hf.ContextOverflow is errors.ContextOverflow
     for cls in (errors.LLMHTTPError, errors.TransientLLMError):

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.sandbox import make_sandbox, sandbox_factory
 from repogym.envs.sandbox import local_env
 from repogym.envs.sandbox.local_env import ensure_local_env, env_key, requirements_of

@@ -14,7 +14,7 @@ from repogym.agents.hf import HFAgent, HFAgentConfig, HFEngine
 from repogym.agents.llm import LLMAgent, LLMConfig
 from repogym.agents.rollout import run_episode
 from repogym.agents.trajectory import TokenSequence, read_trajectory
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
 from tests.test_hf_agent import RecordingEngine, tiny_lm  # noqa: F401 (a fixture)
 from tests.test_llm_agent import FakeServer, text_reply, tool_call_reply

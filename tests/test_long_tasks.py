@@ -83,7 +83,7 @@ def test_most_long_tasks_have_the_chain_visible_in_the_call_graph(indexes):
 
 
 def test_task_json_horizon_fields_are_checked():
-    from repogym.envs.errors import ConfigError
+    from repogym.envs.core.errors import ConfigError
     from repogym.envs.tasks.builtin import horizon_fields
     assert horizon_fields({"difficulty": 1}, "p/t") == {}  # absent stays absent: old records are unchanged
     assert horizon_fields({"horizon": "long", "min_turns": 12}, "p/t") == {"horizon": "long", "min_turns": 12}

@@ -22,7 +22,7 @@ import pytest
 from repogym.agents import models
 from repogym.agents.chat_templates import TEMPLATES
 from repogym.cli import main
-from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.core.errors import ConfigError, InfraError
 
 NAME = "smollm2-135m-instruct"
 # The machine's models folder, read at import, before conftest's session fixture moves REPOGYM_CACHE to a tmp one.

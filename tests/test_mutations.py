@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.taskgen.mutations import (
     OPERATORS,
     Mutation,

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.rewards.leaks import find_leaks
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
 from repogym.envs.sandbox.prebuilt import ENV_PYTHONS, prebuilt_dockerfile, workdir_of

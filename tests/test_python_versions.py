@@ -4,11 +4,11 @@ from dataclasses import replace
 
 import pytest
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.rewards import grade
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
 from repogym.envs.sandbox.images import DEBIAN_FOR_PYTHON, base_image_name, env_dockerfile, python_of
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 from repogym.envs.tasks.repos import snapshot
 from tests.conftest import require_backend
 

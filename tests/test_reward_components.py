@@ -6,14 +6,14 @@ import math
 
 import pytest
 
-from repogym.envs.episode_state import EpisodeState, TestRunRecord
-from repogym.envs.errors import ConfigError
-from repogym.envs.registry import Registry
+from repogym.envs.core.episode_state import EpisodeState, TestRunRecord
+from repogym.envs.core.errors import ConfigError
+from repogym.envs.core.registry import Registry
 from repogym.envs.rewards import facts as episode_facts  # its tests_since_last_edit would be collected as a test
 from repogym.envs.rewards.components import (PRESETS, EpisodeFacts, RewardConfig, compute_reward, register_component,
                                              register_preset)
 from repogym.envs.rewards.evaluate import EvalRecord
-from repogym.envs.status import Status, excluded
+from repogym.envs.core.status import Status, excluded
 
 COVER = {"tests": [{"name": "t.a", "file": "tests/t.py", "line": 1, "test_id": "tests/t.py::test_a"},
                    {"name": "t.b", "file": "tests/t.py", "line": 5, "test_id": "tests/t.py::test_b"}],

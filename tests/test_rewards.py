@@ -5,11 +5,11 @@ from dataclasses import replace
 
 import pytest
 
-from repogym.envs.errors import SandboxError
+from repogym.envs.core.errors import SandboxError
 from repogym.envs.rewards import grade, reward_of
 from repogym.envs.rewards.validate import validate_task
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 
 
 @pytest.fixture

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.rewards import grade, reward_of
 from repogym.envs.rewards.evaluate import protected_paths, run_targets
 from repogym.envs.rewards.ids import named_by, outcome_of
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
 from repogym.envs.sandbox.testrun import TestRun, django_label, run_test_command
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 from repogym.envs.tasks.schema import Task
 
 

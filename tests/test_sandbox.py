@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from repogym.envs.errors import SandboxError
+from repogym.envs.core.errors import SandboxError
 from repogym.envs.sandbox import SandboxConfig, SandboxRequestError, make_sandbox
 from repogym.envs.tasks.repos import RepoSnapshot, snapshot
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.core.errors import ConfigError, InfraError
 from repogym.envs.tasks import repos
 from repogym.envs.tasks.repos import clear_caches, parse_repo, repo_path, snapshot, task_source
 from repogym.envs.tasks.schema import Task

@@ -16,7 +16,7 @@ import pytest
 
 from repogym.bench.db import ResultsDB
 from repogym.cli import main
-from repogym.envs.errors import ConfigError, TaskCannotFail, TaskFileError
+from repogym.envs.core.errors import ConfigError, TaskCannotFail, TaskFileError
 from repogym.envs.tasks import load_dataset, load_suite, load_tasks
 from repogym.envs.tasks.schema import Task
 from tests.conftest import require_backend

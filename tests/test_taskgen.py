@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from repogym.envs.errors import ConfigError, SourceNotUsable
+from repogym.envs.core.errors import ConfigError, SourceNotUsable
 from repogym.envs.rewards.validate import validate_task
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
 from repogym.envs.taskgen.generate import GenerateConfig, explain_failure, generate

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from repogym.envs.errors import ConfigError, TaskFileError
+from repogym.envs.core.errors import ConfigError, TaskFileError
 from repogym.envs.tasks import load_tasks, save_tasks
 from repogym.envs.tasks.schema import DEFAULT_TEST_COMMAND, Task
 from repogym.envs.tasks.suites import find_task, suite_path

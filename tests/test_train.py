@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.trainer.config import TrainConfig, from_dict, load_config, to_dict
 from repogym.trainer.train import Trainer
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from repogym.agents.policy import SamplingParams
-from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.core.errors import ConfigError, InfraError
 
 FAKES = str(Path(__file__).parent / "fakes")
 

@@ -13,8 +13,8 @@ Guaranteed:
   generated tokens are counted once, in ``branch["prefix_generated"]`` (see :func:`generated_tokens`);
 - each fork's agent samples with its own episode seed (:func:`branch_seed`); the source keeps its own;
 - forks are closed when their continuation ends, before the source environment (which the caller owns);
-- no branch point reached, or a fork the environment refuses (:class:`~repogym.envs.errors.ForkRefused`) or
-  fails to make (:class:`~repogym.envs.errors.InfraError`): the episode is one plain outcome whose ``branch``
+- no branch point reached, or a fork the environment refuses (:class:`~repogym.envs.core.errors.ForkRefused`) or
+  fails to make (:class:`~repogym.envs.core.errors.InfraError`): the episode is one plain outcome whose ``branch``
   record says why (``reason``), and whose mask is untouched.
 
 Not guaranteed: continuations run one after another (no concurrency between them); a fork's ``duration_s`` and
@@ -32,8 +32,8 @@ from typing import Any
 from repogym.agents.errors import ContextOverflow
 from repogym.agents.rollout import UNKNOWN_STATUS, EpisodeResult
 from repogym.agents.trajectory import TRAJECTORY_FORMAT, TokenSequence, Trajectory, TrajectoryWriter
-from repogym.envs.errors import ConfigError, ForkRefused, InfraError
-from repogym.envs.status import Status
+from repogym.envs.core.errors import ConfigError, ForkRefused, InfraError
+from repogym.envs.core.status import Status
 
 BRANCH_POINTS = ("off", "after_failing_tests", "turn:K")
 

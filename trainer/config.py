@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from repogym.agents.hf import HFAgentConfig
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.repo_env import EnvConfig
 from repogym.trainer.branching import BranchingConfig
 from repogym.trainer.curriculum import CurriculumConfig

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from repogym.agents.trajectory import TokenSequence, status_of
-from repogym.envs.errors import InfraError
-from repogym.envs.registry import Registry
+from repogym.envs.core.errors import InfraError
+from repogym.envs.core.registry import Registry
 from repogym.envs.repo_env import EnvConfig
-from repogym.envs.status import Status, excluded
+from repogym.envs.core.status import Status, excluded
 from repogym.trainer.branching import BranchingConfig, branch_path, branching_rollout
 
 log = logging.getLogger(__name__)

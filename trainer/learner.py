@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.trainer import sharding
 from repogym.trainer.algorithms.base import Algorithm
 from repogym.trainer.algorithms.common import Batch, Sample, collate, normalizer

@@ -13,7 +13,7 @@ from typing import Any
 from repogym.agents.hf import ChatFormat, DEFAULT_SYSTEM_PROMPT
 from repogym.agents.policy import Completion
 from repogym.agents.trajectory import TokenSequence, Trajectory, read_trajectory
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 from repogym.envs.tools import tools_schema
 
 

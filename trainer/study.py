@@ -22,8 +22,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
-from repogym.envs.errors import ConfigError
-from repogym.envs.rewards.rates import wilson
+from repogym.envs.core.errors import ConfigError
+from repogym.envs.core.rates import wilson
 from repogym.trainer.config import TrainConfig
 from repogym.trainer.seeds import seed_configs
 

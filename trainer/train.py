@@ -27,9 +27,9 @@ from typing import Any
 import yaml
 
 from repogym.agents.models import resolve_model
-from repogym.envs.errors import ConfigError, InfraError
-from repogym.envs.rewards.rates import rate_metrics
-from repogym.envs.status import Status
+from repogym.envs.core.errors import ConfigError, InfraError
+from repogym.envs.core.rates import rate_metrics
+from repogym.envs.core.status import Status
 from repogym.envs.tasks.suites import load_suite
 from repogym.envs.taskgen.recipes import ensure_suites
 from repogym.trainer.algorithms import make_algorithm

@@ -4,7 +4,7 @@ Built on tree-sitter (``tree-sitter-python``), so it reads code without importin
 keeps working on files that do not parse. Resolution is static and conservative: see ``resolve.py``
 for what resolves, what is reported as unresolved and what is deliberately ignored (builtins and other
 libraries). ``RepoIndex.update_file`` re-parses one file incrementally; ``analyze_diff`` uses it to
-index the after-state of a patch. Nothing here imports from ``envs`` except ``repogym.envs.errors``.
+index the after-state of a patch. Nothing here imports from ``envs`` except ``repogym.envs.core.errors``.
 """
 
 from repogym.envs.analysis.impact import DiffAnalysis, analyze_diff, diff_between_revs

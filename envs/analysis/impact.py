@@ -20,7 +20,7 @@ from repogym.envs.analysis.diffs import FileDiff, parse_diff
 from repogym.envs.analysis.extract import FileFacts
 from repogym.envs.analysis.index import RepoIndex
 from repogym.envs.analysis.roots import PACKAGING_FILES
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 
 _TEST_DEPTH = 5  # tests are searched at least this deep: a test 4 calls away still exercises the change
 

@@ -27,7 +27,7 @@ from repogym.envs.analysis.model import Reference, Symbol, SyntaxIssue, Unresolv
 from repogym.envs.analysis.resolve import Resolver
 from repogym.envs.analysis.roots import PACKAGING_FILES, module_for, ordered_roots
 from repogym.envs.analysis.roots import source_roots as _source_roots
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 
 _SKIP_DIRS = frozenset({"__pycache__", "build", "venv", "node_modules"})
 

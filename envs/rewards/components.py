@@ -25,9 +25,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from repogym.envs.registry import Registry
+from repogym.envs.core.registry import Registry
 from repogym.envs.rewards.evaluate import EvalRecord
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 
 
 @dataclass

@@ -40,7 +40,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from repogym.envs.errors import InfraError, SandboxError, SandboxRefused
+from repogym.envs.core.errors import InfraError, SandboxError, SandboxRefused
 from repogym.envs.rewards.twins import TwinPlan, plant_twins
 from repogym.envs.rewards.guards import check_run, harness_reach, tripped
 from repogym.envs.rewards.ids import MISSING, PASSED, django_id, outcomes_of
@@ -48,7 +48,7 @@ from repogym.envs.rewards.tamper import (
     CONFIG_WITH_PYTEST_SECTION, RUNNER_FILES, filter_patch, is_tamper_path, pytest_section)
 from repogym.envs.sandbox.base import Sandbox
 from repogym.envs.sandbox.testrun import django_label, run_test_command, runner_name
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 from repogym.envs.tasks.patches import touched_paths
 from repogym.envs.tasks.repos import snapshot
 from repogym.envs.tasks.schema import Task

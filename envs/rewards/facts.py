@@ -1,7 +1,7 @@
 """The facts of an episode that reward components read, taken from its state and its sandbox.
 
 :func:`tests_since_last_edit` and :func:`ran_tests_since_last_edit` read the episode's state
-(:class:`repogym.envs.episode_state.EpisodeState`); :func:`analyze_sandbox` runs the tree-sitter analysis
+(:class:`repogym.envs.core.episode_state.EpisodeState`); :func:`analyze_sandbox` runs the tree-sitter analysis
 (:mod:`repogym.envs.analysis`) of a sandbox's diff against the base commit's index, which is built once per
 snapshot, on the host, from the snapshot's files. The environment reads these when it builds
 :class:`repogym.envs.rewards.components.EpisodeFacts`; the ``inspect_diff`` tool shows the same facts to the
@@ -15,7 +15,7 @@ import tarfile
 import threading
 from typing import TYPE_CHECKING
 
-from repogym.envs.episode_state import EpisodeState, TestRunRecord
+from repogym.envs.core.episode_state import EpisodeState, TestRunRecord
 from repogym.envs.sandbox.base import Sandbox
 from repogym.envs.tasks.repos import snapshot
 from repogym.envs.tasks.schema import Task

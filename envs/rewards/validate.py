@@ -17,12 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.core.errors import ConfigError, InfraError
 from repogym.envs.rewards.evaluate import grade
 from repogym.envs.rewards.leaks import find_leaks
 from repogym.envs.rewards.tamper import is_shadow_path
 from repogym.envs.sandbox.base import Sandbox
-from repogym.envs.status import Status
+from repogym.envs.core.status import Status
 from repogym.envs.tasks.patches import touched_paths
 from repogym.envs.tasks.repos import snapshot
 from repogym.envs.tasks.schema import Task

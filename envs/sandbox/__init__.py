@@ -14,8 +14,8 @@ import importlib
 import sys
 from typing import Any
 
-from repogym.envs.errors import ConfigError, SandboxRequestError
-from repogym.envs.registry import Registry
+from repogym.envs.core.errors import ConfigError, SandboxRequestError
+from repogym.envs.core.registry import Registry
 from repogym.envs.sandbox.base import CommandResult, Sandbox, SandboxConfig
 
 BACKENDS: Registry[type] = Registry("sandbox backend", {

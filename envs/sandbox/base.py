@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from repogym.envs.errors import InstallFailed, RunnerExited, RunnerTimeout, SandboxError, SandboxKilledByAgent, SandboxRequestError
+from repogym.envs.core.errors import InstallFailed, RunnerExited, RunnerTimeout, SandboxError, SandboxKilledByAgent, SandboxRequestError
 from repogym.envs.tasks.repos import RepoSnapshot
 
 INSIDE_DIR = Path(__file__).resolve().parent / "inside"

@@ -15,7 +15,7 @@ import signal
 import time
 from pathlib import Path
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 
 ROOT = Path("/sys/fs/cgroup")
 CLOSE_WAIT_S = 10.0  # how long close() waits for the processes inside to be gone and the folders removed

@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any
 
-from repogym.envs.errors import SandboxError
+from repogym.envs.core.errors import SandboxError
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import struct
 import time
 import uuid
 
-from repogym.envs.errors import RunnerExited, RunnerTimeout, SandboxError, SandboxUnavailable
+from repogym.envs.core.errors import RunnerExited, RunnerTimeout, SandboxError, SandboxUnavailable
 from repogym.envs.sandbox.base import REPO_DIR, WRITABLE, RunnerClient, SandboxConfig
 from repogym.envs.sandbox.docker_client import docker_client
 from repogym.envs.sandbox.images import ensure_env_image

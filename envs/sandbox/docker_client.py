@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from repogym.envs.errors import SandboxUnavailable
+from repogym.envs.core.errors import SandboxUnavailable
 
 
 @functools.lru_cache(maxsize=1)

@@ -33,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Literal
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.sandbox import cgroups
 from repogym.envs.sandbox.docker import LABEL
 from repogym.envs.sandbox.docker_client import docker_client

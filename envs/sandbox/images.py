@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from repogym.envs.errors import ConfigError, SandboxError
+from repogym.envs.core.errors import ConfigError, SandboxError
 from repogym.envs.sandbox.base import INSIDE_DIR, REPO_DIR
 from repogym.envs.sandbox.docker_client import docker_client
 from repogym.envs.sandbox.wheelhouse import download_wheels

@@ -39,7 +39,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from repogym.envs.errors import RunnerExited, RunnerTimeout, SandboxError, SandboxUnavailable
+from repogym.envs.core.errors import RunnerExited, RunnerTimeout, SandboxError, SandboxUnavailable
 from repogym.envs.sandbox.base import INSIDE_DIR, REPO_DIR, WRITABLE, RunnerClient, SandboxConfig
 from repogym.envs.sandbox.cgroups import Cgroup, parse_bytes
 from repogym.envs.sandbox.cleanup import register_sandbox, unregister_sandbox

@@ -30,7 +30,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from repogym.envs.errors import ConfigError, SandboxError
+from repogym.envs.core.errors import ConfigError, SandboxError
 from repogym.envs.sandbox.wheelhouse import download_wheels
 from repogym.envs.tasks.cache import cache_dir
 from repogym.envs.tasks.environments import INSTALL_HOOK_NAME, environment_requirements, install_hook, install_steps, requirement_name

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from repogym.envs.errors import ConfigError, SandboxError
+from repogym.envs.core.errors import ConfigError, SandboxError
 from repogym.envs.sandbox.base import INSIDE_DIR, REPO_DIR, WRITABLE
 from repogym.envs.sandbox.docker import container_labels
 from repogym.envs.sandbox.docker_client import docker_client

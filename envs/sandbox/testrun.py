@@ -59,8 +59,8 @@ import shlex
 import uuid
 from dataclasses import dataclass, field
 
-from repogym.envs.errors import SandboxRefused, SandboxRequestError, TestRunTimeout
-from repogym.envs.registry import Registry
+from repogym.envs.core.errors import SandboxRefused, SandboxRequestError, TestRunTimeout
+from repogym.envs.core.registry import Registry
 from repogym.envs.sandbox.base import Sandbox
 
 # Optional VAR=value assignments, then the pytest entry point, then the rest of the command.

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from repogym.envs.errors import ConfigError, MutantTimeout, MutationNotLongHorizon, SourceNotUsable, TestRunTimeout
+from repogym.envs.core.errors import ConfigError, MutantTimeout, MutationNotLongHorizon, SourceNotUsable, TestRunTimeout
 from repogym.envs.sandbox import Sandbox, SandboxConfig, default_backend, sandbox_factory
 from repogym.envs.sandbox.testrun import run_tests
 from repogym.envs.tasks.fixed_git import fixed_git

@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 from tree_sitter import Node, Query, QueryCursor
 
 from repogym.envs.analysis.extract import PY_LANGUAGE, STORE_PATTERNS, module_name, parse_source
-from repogym.envs.registry import Registry
+from repogym.envs.core.registry import Registry
 
 
 @dataclass(frozen=True)

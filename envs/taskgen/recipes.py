@@ -14,8 +14,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Callable
 
-from repogym.envs.errors import ConfigError
-from repogym.envs.registry import Registry
+from repogym.envs.core.errors import ConfigError
+from repogym.envs.core.registry import Registry
 from repogym.envs.tasks.cache import cache_dir
 from repogym.envs.tasks.schema import save_tasks
 from repogym.envs.tasks.suites import task_repos_dir

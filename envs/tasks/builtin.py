@@ -25,7 +25,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from repogym.envs.errors import ConfigError, InfraError
+from repogym.envs.core.errors import ConfigError, InfraError
 from repogym.envs.tasks.cache import cache_dir
 from repogym.envs.tasks.fixed_git import fixed_git
 from repogym.envs.tasks.schema import DEFAULT_TEST_COMMAND, Task

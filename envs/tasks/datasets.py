@@ -48,7 +48,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from repogym.envs.errors import ConfigError, TaskFileError
+from repogym.envs.core.errors import ConfigError, TaskFileError
 from repogym.envs.tasks.patches import new_files_patch, reverse_patch
 from repogym.envs.tasks.schema import Task, test_list
 from repogym.envs.tasks.swebench_envs import swebench_setup

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 
 INSTALL_DIR = ".repogym-install"
 """Where an install step's pip puts what it installs, relative to the repository root."""

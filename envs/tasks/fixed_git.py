@@ -10,7 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from repogym.envs.errors import InfraError
+from repogym.envs.core.errors import InfraError
 
 FIXED_GIT_ENV = {
     "GIT_AUTHOR_NAME": "repogym", "GIT_AUTHOR_EMAIL": "tasks@repogym.invalid",

@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from repogym.envs.errors import ConfigError, InfraError
-from repogym.envs.registry import Registry
+from repogym.envs.core.errors import ConfigError, InfraError
+from repogym.envs.core.registry import Registry
 from repogym.envs.tasks.cache import cache_dir
 from repogym.envs.tasks.environments import install_steps
 from repogym.envs.tasks.schema import Task

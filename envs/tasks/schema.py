@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from repogym.envs.errors import TaskCannotFail, TaskFileError
+from repogym.envs.core.errors import TaskCannotFail, TaskFileError
 
 DEFAULT_TEST_COMMAND = "python -m pytest -q -p no:cacheprovider"
 SWEBENCH_OPTIONAL = ("hints_text", "created_at", "version", "environment_setup_commit")

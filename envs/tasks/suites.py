@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from repogym.envs.errors import ConfigError
-from repogym.envs.registry import Registry
+from repogym.envs.core.errors import ConfigError
+from repogym.envs.core.registry import Registry
 from repogym.envs.tasks.cache import cache_dir
 from repogym.envs.tasks.schema import Task, load_tasks
 

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from repogym.envs.registry import Registry
+from repogym.envs.core.registry import Registry
 from repogym.envs.tools.base import Tool, ToolContext, ToolError, ToolResult
 from repogym.envs.tools.files import CREATE, EDIT, SEARCH, VIEW
 from repogym.envs.tools.inspect import INSPECT_DIFF

@@ -6,8 +6,8 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from repogym.envs.episode_state import EpisodeState
-from repogym.envs.errors import ToolError
+from repogym.envs.core.episode_state import EpisodeState
+from repogym.envs.core.errors import ToolError
 from repogym.envs.sandbox.base import REPO_DIR, Sandbox
 from repogym.envs.tasks.schema import Task
 

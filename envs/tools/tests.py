@@ -4,15 +4,15 @@ Runs the task's own runner (``task.setup["runner"]``, see ``envs/sandbox/testrun
 ids and files; django takes test files (``tests/foo/test_bar.py``, turned into the label ``foo.test_bar``),
 ids ``tests/foo/test_bar.py::Case::test_x`` or labels; sympy takes test files (a ``::name`` part is dropped).
 
-Every run that finishes is recorded on the episode's state (a :class:`repogym.envs.episode_state.TestRunRecord`),
+Every run that finishes is recorded on the episode's state (a :class:`repogym.envs.core.episode_state.TestRunRecord`),
 which ``inspect_diff`` and the reward facts read; a run that timed out is not recorded. A run the agent's sandbox
 refused to stage (every place it may write full or read-only) is an ``error (sandbox_refused)`` observation.
 """
 
 from __future__ import annotations
 
-from repogym.envs.episode_state import TestRunRecord
-from repogym.envs.errors import SandboxRefused
+from repogym.envs.core.episode_state import TestRunRecord
+from repogym.envs.core.errors import SandboxRefused
 from repogym.envs.sandbox.testrun import TestRunTimeout, run_tests, runner_name
 from repogym.envs.tools.base import Tool, ToolContext, ToolError, ToolResult, repo_path
 

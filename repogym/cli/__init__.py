@@ -1,7 +1,7 @@
 """The ``repogym`` command: one module per command group, each thin over the library.
 
 Every command and option has ``--help`` text (tests/test_cli.py walks the parser to keep it so). A
-:class:`repogym.envs.errors.RepogymError` (a bad argument, an unknown name, an infrastructure failure) is
+:class:`repogym.envs.core.errors.RepogymError` (a bad argument, an unknown name, an infrastructure failure) is
 printed as one ``repogym: error:`` line with exit status 2; Ctrl-C exits with 130.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from repogym.envs.errors import RepogymError
+from repogym.envs.core.errors import RepogymError
 from repogym.cli import (analyze, bench, demo, export, images, leaderboard, models, proxy, serve, show, tasks, train,
                          validate)
 

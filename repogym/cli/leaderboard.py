@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 
 
 def add_parser(sub) -> None:

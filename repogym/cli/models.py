@@ -41,7 +41,7 @@ def run_list(args) -> int:
 
 def run_fetch(args) -> int:
     from repogym.agents.models import fetch, verify
-    from repogym.envs.errors import InfraError
+    from repogym.envs.core.errors import InfraError
     folder = fetch(args.name)
     if args.verify:
         bad = verify(args.name)

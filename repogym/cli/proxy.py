@@ -10,7 +10,7 @@ import json
 import sys
 import time
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 
 
 def add_parser(sub) -> None:

@@ -185,7 +185,7 @@ def run_import(args) -> int:
     from collections import Counter
     from pathlib import Path
 
-    from repogym.envs.errors import ConfigError, TaskFileError
+    from repogym.envs.core.errors import ConfigError, TaskFileError
     from repogym.envs.tasks.datasets import load_dataset
     from repogym.envs.tasks.schema import save_tasks
     if args.limit is not None and args.limit < 1:

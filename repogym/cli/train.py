@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from repogym.envs.errors import ConfigError
+    from repogym.envs.core.errors import ConfigError
     from repogym.trainer.checkpoint import latest_checkpoint
     from repogym.trainer.config import load_config
     from repogym.trainer.train import train

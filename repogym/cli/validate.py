@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from repogym.envs.errors import ConfigError
+    from repogym.envs.core.errors import ConfigError
     from repogym.envs.rewards.validate import validate_tasks
     from repogym.envs.sandbox import SandboxConfig, default_backend, sandbox_factory
     from repogym.envs.tasks.repos import repo_path

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from repogym.envs.errors import ConfigError
-from repogym.envs.registry import Registry
+from repogym.envs.core.errors import ConfigError
+from repogym.envs.core.registry import Registry
 from repogym.trainer.algorithms.base import Algorithm
 
 ALGORITHMS: Registry[Callable[[dict[str, Any], int | None], Algorithm]] = Registry("algorithm", {

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 from repogym.trainer.algorithms.common import (
     Batch, Sample, aggregate, clipped_surrogate, masked_mean)
 

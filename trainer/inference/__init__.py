@@ -16,8 +16,8 @@ import threading
 from typing import Any, Callable, Iterable
 
 from repogym.agents.policy import Completion, SamplingParams
-from repogym.envs.errors import InfraError
-from repogym.envs.registry import Registry
+from repogym.envs.core.errors import InfraError
+from repogym.envs.core.registry import Registry
 
 ENGINES: Registry[Any] = Registry("inference engine", {
     "hf": "repogym.agents.hf:HFEngine.from_pretrained",
@@ -35,7 +35,7 @@ class RayEngineClient:
 
     Each call blocks on the actor; many rollout workers may share one engine actor (a threaded actor with
     ``max_concurrency`` > 1; vLLM batches their requests continuously). A call that gets no answer within
-    ``timeout_s`` raises :class:`~repogym.envs.errors.InfraError` (a hung engine is an error, not a hang). When
+    ``timeout_s`` raises :class:`~repogym.envs.core.errors.InfraError` (a hung engine is an error, not a hang). When
     the actor has died, ``replace`` (if given) is asked for a new handle and the lost call is retried once on
     it; without ``replace`` the death is an ``InfraError``. ``replace`` is the owner's: it starts (or returns an
     already started) replacement and brings it to the current weights; a weight-sync group that included the

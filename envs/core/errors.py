@@ -54,12 +54,30 @@ class TaskCannotFail(TaskFileError, ConfigError):
     nothing. Loaders refuse it unless told to skip such tasks (``skip_no_f2p=True``, ``--skip-no-f2p``)."""
 
 
-class InfraError(RepogymError):
-    """Infrastructure failed (sandbox died, daemon error, harness timeout). Never the agent's fault."""
+class LocatedError(RepogymError):
+    """A failure that names where it happened (``where``, a step such as ``sandbox.start``) and what (``message``).
+
+    The base of every error a trajectory or an evaluation record carries as ``{"where": ..., "message": ...}``
+    (:meth:`record`): infrastructure failures, the agent's killed or refusing sandbox, our own bugs."""
 
     def __init__(self, where: str, message: str):
         self.where, self.message = where, message
         super().__init__(f"[{where}] {message}")
+
+    def record(self) -> dict[str, str]:
+        """The error as results store it: ``{"where": ..., "message": ...}``."""
+        return {"where": self.where, "message": self.message}
+
+
+class InfraError(LocatedError):
+    """Infrastructure failed (sandbox died, daemon error, harness timeout). Never the agent's fault."""
+
+
+class InternalError(LocatedError):
+    """A bug of repogym's own: neither the agent nor the outside world caused it.
+
+    Raised by :func:`repogym.envs.core.bugs.report_bug` in strict mode (the test suite); otherwise the bug is
+    logged with its traceback, counted, and its episode excluded with status ``internal_error``."""
 
 
 class SandboxError(InfraError):
@@ -75,16 +93,12 @@ class InstallFailed(InfraError):
     install the repository (a missing wheel, a Python the project does not support)."""
 
 
-class SandboxKilledByAgent(RepogymError):
+class SandboxKilledByAgent(LocatedError):
     """The agent's own commands killed the sandbox (its runner, its container's processes).
 
     Not an :class:`InfraError`: the episode is the agent's and scores 0. Were it excluded like an
     infrastructure failure, a policy about to fail would learn to crash its sandbox instead.
     """
-
-    def __init__(self, where: str, message: str):
-        self.where, self.message = where, message
-        super().__init__(f"[{where}] {message}")
 
 
 class RunnerExited(SandboxError):
@@ -102,17 +116,13 @@ class SandboxRequestError(RepogymError):
     observation or an ``unresolved`` grade, never an excluded episode."""
 
 
-class SandboxRefused(RepogymError):
+class SandboxRefused(LocatedError):
     """After the agent acted, its sandbox refused what the harness needed of it: staging a test run (a full or
     read-only ``/tmp``), listing what a patch changed. ``where`` names the step.
 
     Not an :class:`InfraError`: the agent's sandbox is the agent's doing, so the tool call becomes an error
     observation and grading ``unresolved``. Were it excluded, a failing policy would learn to break its sandbox
     to drop the episode."""
-
-    def __init__(self, where: str, message: str):
-        self.where, self.message = where, message
-        super().__init__(f"[{where}] {message}")
 
 
 class ForkRefused(RepogymError):

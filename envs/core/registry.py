@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 
 T = TypeVar("T")
 

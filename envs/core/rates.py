@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from repogym.envs.errors import ConfigError
+from repogym.envs.core.errors import ConfigError
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

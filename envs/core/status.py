@@ -21,6 +21,8 @@ class Status(StrEnum):
     """The agent's patch did not apply to a fresh checkout."""
     INFRA_ERROR = "infra_error"
     """Infrastructure (never the agent) failed: the episode says nothing about the policy."""
+    INTERNAL_ERROR = "internal_error"
+    """A bug of repogym's own ended the episode (:mod:`repogym.envs.core.bugs`): excluded, counted, logged."""
     NOT_SUBMITTED = "not_submitted"
     """The turn limit came first and grading on truncation is off (``EnvConfig.grade_on_truncation``)."""
     CONTEXT_OVERFLOW = "context_overflow"
@@ -30,14 +32,12 @@ class Status(StrEnum):
     def resolved(self) -> bool:
         return self is Status.RESOLVED
 
-    @property
-    def infra(self) -> bool:
-        return self is Status.INFRA_ERROR
 
 
 def excluded(status: str, reward: float | None) -> bool:
-    """An episode to leave out of training and metrics: an infrastructure failure or no (NaN) reward."""
-    return status == Status.INFRA_ERROR or reward is None or math.isnan(reward)
+    """An episode to leave out of training and metrics: an infrastructure failure, a bug of ours, or no (NaN)
+    reward."""
+    return status in (Status.INFRA_ERROR, Status.INTERNAL_ERROR) or reward is None or math.isnan(reward)
 
 
 __all__ = ["Status", "excluded"]
