@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from repogym.envs.core.errors import ConfigError, InstallFailed
+from repogym.envs.core.status import Status
 from repogym.envs.rewards import grade
 from repogym.envs.rewards.leaks import find_leaks
-from repogym.envs.rewards.validate import validate_task
 from repogym.envs.rewards.tamper import filter_patch, is_tamper_path
+from repogym.envs.rewards.validate import validate_task
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
-from repogym.envs.core.status import Status
-from repogym.envs.tasks.environments import environment_requirements, install_steps
+from repogym.envs.sandbox.install import environment_requirements, install_steps
 from repogym.envs.tasks.repos import snapshot
 from repogym.envs.tasks.schema import Task
 from tests.conftest import require_backend

@@ -174,7 +174,7 @@ RUN python3 -m venv --without-pip --system-site-packages /testbed/.venv \\
 
 
 def _calc_snapshot():
-    from repogym.envs.tasks.repos import RepoSnapshot
+    from repogym.envs.sandbox.snapshot import RepoSnapshot
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, data in {"calc/__init__.py": b"", "calc/ops.py": CORRECT.encode()}.items():

@@ -8,7 +8,8 @@ import pytest
 
 from repogym.envs.core.errors import SandboxError
 from repogym.envs.sandbox import SandboxConfig, SandboxRequestError, make_sandbox
-from repogym.envs.tasks.repos import RepoSnapshot, snapshot
+from repogym.envs.sandbox.snapshot import RepoSnapshot
+from repogym.envs.tasks.repos import snapshot
 
 
 def running(box, pattern: str) -> int:

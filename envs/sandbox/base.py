@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from repogym.envs.core.errors import InstallFailed, RunnerExited, RunnerTimeout, SandboxError, SandboxKilledByAgent, SandboxRequestError
-from repogym.envs.tasks.repos import RepoSnapshot
+from repogym.envs.sandbox.snapshot import RepoSnapshot
 
 INSIDE_DIR = Path(__file__).resolve().parent / "inside"
 REPO_DIR = "/repo"

@@ -25,8 +25,8 @@ from typing import Any, Callable
 from repogym.envs.core.errors import ConfigError, SandboxError
 from repogym.envs.sandbox.base import INSIDE_DIR, REPO_DIR
 from repogym.envs.sandbox.docker_client import docker_client
+from repogym.envs.sandbox.install import INSTALL_HOOK_NAME, environment_requirements, install_hook, install_steps
 from repogym.envs.sandbox.wheelhouse import download_wheels
-from repogym.envs.tasks.environments import INSTALL_HOOK_NAME, environment_requirements, install_hook, install_steps
 
 DEFAULT_PYTHON = "3.11"
 # The Debian release whose python3 is each version: what debootstrap (and the slim images) can give offline.

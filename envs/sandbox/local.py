@@ -40,13 +40,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from repogym.envs.core.errors import RunnerExited, RunnerTimeout, SandboxError, SandboxUnavailable
+from repogym.envs.core.paths import cache_dir
+from repogym.envs.core.paths import task_repos_dir
 from repogym.envs.sandbox.base import INSIDE_DIR, REPO_DIR, WRITABLE, RunnerClient, SandboxConfig
 from repogym.envs.sandbox.cgroups import Cgroup, parse_bytes
 from repogym.envs.sandbox.cleanup import register_sandbox, unregister_sandbox
 from repogym.envs.sandbox.local_env import BASE_MOUNT, base_mounted, ensure_local_env
 from repogym.envs.sandbox.local_launch import HOST_UID
-from repogym.envs.tasks.cache import cache_dir
-from repogym.envs.tasks.suites import task_repos_dir
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 INSIDE_MOUNT = "/.repogym"

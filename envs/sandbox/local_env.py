@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from repogym.envs.core.errors import ConfigError, SandboxError
+from repogym.envs.core.paths import cache_dir
+from repogym.envs.sandbox.install import INSTALL_HOOK_NAME, environment_requirements, install_hook, install_steps, requirement_name
 from repogym.envs.sandbox.wheelhouse import download_wheels
-from repogym.envs.tasks.cache import cache_dir
-from repogym.envs.tasks.environments import INSTALL_HOOK_NAME, environment_requirements, install_hook, install_steps, requirement_name
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 BASE_MOUNT = "/.repogym-base"  # where sandboxes see the base interpreter when it is not under the system folders

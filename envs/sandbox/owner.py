@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from repogym.envs.tasks.cache import cache_dir
+from repogym.envs.core.paths import cache_dir
 
 OWNER_LABEL = "repogym.owner"
 MARKER_NAME = ".repogym-owner"

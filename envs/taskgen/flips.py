@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from repogym.envs.core.errors import ConfigError
-from repogym.envs.tasks.cache import cache_dir
+from repogym.envs.core.paths import cache_dir
 from repogym.envs.tasks.fixed_git import fixed_git
 from repogym.envs.tasks.schema import Task, load_tasks, save_tasks
 

@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Callable
 
 from repogym.envs.core.errors import ConfigError
+from repogym.envs.core.paths import cache_dir, task_repos_dir
 from repogym.envs.core.registry import Registry
-from repogym.envs.tasks.cache import cache_dir
-from repogym.envs.tasks.schema import save_tasks
-from repogym.envs.tasks.suites import task_repos_dir
 from repogym.envs.taskgen.flips import FlipsConfig, build_flips, suite_files
 from repogym.envs.taskgen.generate import GenerateConfig, generate
+from repogym.envs.tasks.schema import save_tasks
 
 FLIPS = "flips"
 """The ``source`` of an operator-flip recipe (no project to download: the projects are generated)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from repogym.envs.core.errors import ConfigError
-from repogym.envs.tasks.cache import cache_dir
+from repogym.envs.core.paths import cache_dir
 from repogym.envs.tasks.fixed_git import fixed_git
 
 _PYPI = re.compile(r"^pypi:([A-Za-z0-9_.\-]+)==([A-Za-z0-9_.\-+!]+)$")

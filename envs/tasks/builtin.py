@@ -26,10 +26,9 @@ import uuid
 from pathlib import Path
 
 from repogym.envs.core.errors import ConfigError, InfraError
-from repogym.envs.tasks.cache import cache_dir
+from repogym.envs.core.paths import cache_dir, task_repos_dir
 from repogym.envs.tasks.fixed_git import fixed_git
 from repogym.envs.tasks.schema import DEFAULT_TEST_COMMAND, Task
-from repogym.envs.tasks.suites import task_repos_dir
 
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", "*.egg-info")
 REPORT_PLUGIN_DIR = Path(__file__).resolve().parents[1] / "sandbox" / "inside"

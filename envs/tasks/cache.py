@@ -1,17 +1,9 @@
-"""repogym's cache folder: built task repositories, clones, generated suites, sandbox heartbeats.
+"""The old home of :func:`cache_dir`, now :mod:`repogym.envs.core.paths` (the sandboxes need it too, below tasks).
 
-Its own module, imported by everything that keeps files there, so that none of them imports another just
-to find the folder (``tasks.repos`` resolves builtin repositories, which live in the cache).
-"""
+Kept for callers outside the tasks and sandbox layers that still import it from here."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+from repogym.envs.core.paths import cache_dir
 
-
-def cache_dir() -> Path:
-    """repogym's cache (``REPOGYM_CACHE``, default ``~/.cache/repogym``), created if missing."""
-    path = Path(os.environ.get("REPOGYM_CACHE") or Path.home() / ".cache" / "repogym")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+__all__ = ["cache_dir"]

@@ -38,14 +38,14 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 from repogym.envs.core.errors import ConfigError, InfraError
+from repogym.envs.core.paths import cache_dir
 from repogym.envs.core.registry import Registry
-from repogym.envs.tasks.cache import cache_dir
-from repogym.envs.tasks.environments import install_steps
+from repogym.envs.sandbox.install import install_steps
+from repogym.envs.sandbox.snapshot import RepoSnapshot
 from repogym.envs.tasks.schema import Task
 
 DEFAULT_GIT_BASE_URL = "https://github.com"
@@ -62,18 +62,6 @@ _REPO_LOCATING_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_
 # git's words for "that repository does not exist (or is private)": the task's fault, not the network's.
 _NOT_FOUND = ("not found", "does not appear to be a git repository", "does not exist", "could not read username",
               "terminal prompts disabled", "authentication failed")
-
-
-@dataclass(frozen=True)
-class RepoSnapshot:
-    """A repository tree at one commit."""
-
-    key: str
-    """Stable id of this tree (repo + commit)."""
-    tar: bytes
-    """An uncompressed tar of the tree, paths relative to the repository root."""
-    install: tuple[str, ...] = ()
-    """Shell commands run in the loaded tree before its base commit is made (the task's install steps)."""
 
 
 # -- naming ----------------------------------------------------------------------------------------------

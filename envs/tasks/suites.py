@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from repogym.envs.core.errors import ConfigError
+from repogym.envs.core.paths import cache_dir, task_repos_dir
 from repogym.envs.core.registry import Registry
-from repogym.envs.tasks.cache import cache_dir
 from repogym.envs.tasks.schema import Task, load_tasks
 
 _REGISTERED: dict[str, Path] = {}
-
-
-def task_repos_dir() -> Path:
-    """The bundled ``task_repos/`` folder (override with ``REPOGYM_TASK_REPOS``)."""
-    override = os.environ.get("REPOGYM_TASK_REPOS")
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "task_repos"
 
 
 def register_suite(name: str, path: str | Path) -> None:

@@ -5,11 +5,21 @@ from __future__ import annotations
 import shlex
 
 from repogym.envs.sandbox.base import SandboxRequestError
-from repogym.envs.sandbox.inside.runner import looks_binary
 from repogym.envs.tools.base import Tool, ToolContext, ToolError, ToolResult, int_schema, repo_path, string_schema
 
 MAX_FILE_BYTES = 2 << 20
 MAX_VIEW_LINES = 800
+
+
+def looks_binary(data: bytes) -> bool:
+    """NUL bytes, or more than 5% of the first 8 KiB not decodable as UTF-8.
+
+    The host's copy of the in-sandbox runner's test for binary command output (``inside/runner.py``, which the host
+    never imports: it runs in the sandbox, stdlib only); ``tests/test_layers.py`` checks that the two agree."""
+    sample = data[:8192]
+    if b"\0" in sample:
+        return True
+    return sample.decode("utf-8", errors="replace").count("\ufffd") > len(sample) // 20 + 1
 
 
 def _read_text(ctx: ToolContext, path: str, for_edit: bool = False) -> str:
