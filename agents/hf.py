@@ -15,9 +15,10 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from repogym.agents import check_options
 from repogym.agents.chat_templates import tool_template
 from repogym.agents.context import answer, make_context_policy
 from repogym.agents.errors import ContextOverflow
@@ -235,6 +236,7 @@ class HFAgent:
         :mod:`repogym.agents.models` (fetched on first use)."""
         from transformers import AutoTokenizer
 
+        check_options("agent 'hf'", config, ["path", *(f.name for f in fields(HFAgentConfig))])
         path = resolve_model(path)
         return cls(HFEngine.from_pretrained(path), AutoTokenizer.from_pretrained(path, local_files_only=True),
                    HFAgentConfig(**config))

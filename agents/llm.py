@@ -29,6 +29,7 @@ import urllib.request
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable
 
+from repogym.agents import check_options
 from repogym.agents.context import answer, make_context_policy
 from repogym.agents.errors import ContextOverflow, LLMHTTPError, TransientLLMError
 from repogym.envs.core.errors import ConfigError, InfraError
@@ -112,10 +113,7 @@ class LLMAgent:
 
     def __init__(self, config: LLMConfig | None = None, *, sleep: Callable[[float], Any] = time.sleep,
                  **overrides: Any):
-        valid = {f.name for f in fields(LLMConfig)}
-        unknown = sorted(set(overrides) - valid)
-        if unknown:
-            raise ConfigError(f"unknown LLMAgent option(s) {unknown}: expected some of {sorted(valid)}")
+        check_options("LLMAgent", overrides, [f.name for f in fields(LLMConfig)])
         config = config or LLMConfig()
         self.config = replace(config, **overrides) if overrides else config
         self.sleep = sleep

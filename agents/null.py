@@ -17,3 +17,7 @@ class NullAgent:
 
     def act(self, observation: str, info: dict[str, Any]) -> str:
         return json.dumps({"name": "submit", "arguments": {}})
+
+    def turn_record(self) -> None:
+        """Nothing to record of a turn (no model, no tokens)."""
+        return None

@@ -90,3 +90,7 @@ class OracleAgent:
 
     def act(self, observation: str, info: dict[str, Any]) -> str:
         return self._plan.pop(0) if self._plan else _call("submit")
+
+    def turn_record(self) -> None:
+        """Nothing to record of a turn (no model, no tokens)."""
+        return None

@@ -25,3 +25,7 @@ class ReplayAgent:
 
     def act(self, observation: str, info: dict[str, Any]) -> str:
         return self._queue.pop(0) if self._queue else json.dumps({"name": "submit", "arguments": {}})
+
+    def turn_record(self) -> None:
+        """Nothing to record of a turn (no model, no tokens)."""
+        return None

@@ -8,14 +8,14 @@ only: they share everything before the point, so the difference in their rewards
 
 Guaranteed:
 - every continuation's token sequence is the whole episode it played: the shared prefix (the same ids, byte
-  for byte, in every continuation), then its own turns; ``branch["prefix_tokens"]`` is the prefix's length;
+  for byte, in every continuation), then its own turns; ``branch.prefix_tokens`` is the prefix's length;
 - the prefix carries loss mask 0 in every continuation (only post-branch tokens are credited), and its
-  generated tokens are counted once, in ``branch["prefix_generated"]`` (see :func:`generated_tokens`);
+  generated tokens are counted once, in ``branch.prefix_generated`` (see :func:`generated_tokens`);
 - each fork's agent samples with its own episode seed (:func:`branch_seed`); the source keeps its own;
 - forks are closed when their continuation ends, before the source environment (which the caller owns);
 - no branch point reached, or a fork the environment refuses (:class:`~repogym.envs.core.errors.ForkRefused`) or
-  fails to make (:class:`~repogym.envs.core.errors.InfraError`): the episode is one plain outcome whose ``branch``
-  record says why (``reason``), and whose mask is untouched.
+  fails to make (:class:`~repogym.envs.core.errors.InfraError`): the episode is one plain outcome whose
+  :class:`Branch` says why (``reason``), and whose mask is untouched.
 
 Not guaranteed: continuations run one after another (no concurrency between them); a fork's ``duration_s`` and
 its generation time cover its continuation only (the prefix is counted in the source's); processes running in
@@ -25,15 +25,14 @@ the sandbox at the branch point are not copied (the env's own limit, said in ``f
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from repogym.agents.errors import ContextOverflow
-from repogym.agents.rollout import UNKNOWN_STATUS, EpisodeResult
-from repogym.agents.trajectory import TRAJECTORY_FORMAT, TokenSequence, Trajectory, TrajectoryWriter
+from repogym.agents import Agent, ForkableAgent
+from repogym.agents.rollout import EpisodeResult, EpisodeRun
+from repogym.agents.trajectory import TokenSequence
 from repogym.envs.core.errors import ConfigError, ForkRefused, InfraError
-from repogym.envs.core.status import Status
 
 BRANCH_POINTS = ("off", "after_failing_tests", "turn:K")
 
@@ -71,15 +70,46 @@ class BranchingConfig:
         return self.enabled and turns == int(self.at.removeprefix("turn:"))
 
 
+@dataclass(frozen=True)
+class Branch:
+    """Which continuation of which branch point an episode is, or why it did not branch (then ``id`` is None,
+    ``reason`` says why, and the prefix fields are None). Written to the trajectory's end line as
+    :meth:`to_dict`."""
+
+    id: str | None
+    """The branch point (``task/s<seed>/t<turn>``); None when the episode did not branch."""
+    index: int = 0
+    """0: the source; k >= 1: the k-th fork."""
+    size: int = 1
+    """Continuations of the branch point, the source included."""
+    prefix_tokens: int | None = None
+    """Tokens of the shared prefix (loss mask 0 in every continuation)."""
+    prefix_generated: int | None = None
+    """Tokens the policy generated in the prefix (counted once per branch point)."""
+    turn: int | None = None
+    """Steps before the branch point."""
+    reason: str | None = None
+    """Why a plain episode did not branch."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The end line's ``branch`` record, key for key as it has always been written."""
+        if self.id is None:
+            return {"id": None, "index": self.index, "size": self.size, "reason": self.reason}
+        return {"id": self.id, "size": self.size, "prefix_tokens": self.prefix_tokens,
+                "prefix_generated": self.prefix_generated, "turn": self.turn, "index": self.index}
+
+    def __getitem__(self, key: str) -> Any:
+        """Dict-style reads (``branch["id"]``), for readers not yet moved to the attributes (trainer/train.py's
+        rollout metrics); to be removed once they are."""
+        return self.to_dict()[key]
+
+
 @dataclass
 class Continuation:
     """One continuation of a branched episode (or the one plain episode)."""
 
     result: EpisodeResult
-    branch: dict[str, Any]
-    """``id`` (the branch point; None when the episode did not branch), ``index`` (0: the source), ``size``
-    (continuations of the point), ``prefix_tokens``, ``prefix_generated`` (generated tokens in the prefix), ``turn``
-    (steps before the point); a plain episode has ``reason`` instead of the prefix fields."""
+    branch: Branch
     generate_s: float = 0.0
     """Seconds in ``agent.act`` during this continuation (the source's includes the prefix)."""
 
@@ -89,15 +119,15 @@ def branch_seed(seed: int | None, index: int) -> int:
     return ((seed or 0) * 1_000_003 + index) % (2 ** 31 - 1)
 
 
-def comparison_key(branch: dict[str, Any] | None) -> Any:
+def comparison_key(branch: Branch | None) -> str | None:
     """The key of the group an episode's reward is compared within: its branch point, or None (the task's
     unbranched episodes, compared with each other)."""
-    return (branch or {}).get("id")
+    return None if branch is None else branch.id
 
 
-def closes_request(branch: dict[str, Any] | None) -> bool:
-    """Whether the outcome with this ``branch`` record is the last one of its request (they come in order)."""
-    return branch is None or branch.get("index", 0) == branch.get("size", 1) - 1
+def closes_request(branch: Branch | None) -> bool:
+    """Whether the outcome with this ``branch`` is the last one of its request (they come in order)."""
+    return branch is None or branch.index == branch.size - 1
 
 
 def has_signal(rewards_by_key: list[tuple[Any, float]]) -> bool:
@@ -108,104 +138,24 @@ def has_signal(rewards_by_key: list[tuple[Any, float]]) -> bool:
     return any(len(r) > 1 and max(r) - min(r) >= 1e-9 for r in groups.values())
 
 
-def generated_tokens(episodes: list[tuple[dict[str, Any] | None, TokenSequence | None]]) -> int:
-    """Tokens the policy generated for ``episodes`` (branch record, tokens): each continuation's own, and each
-    branch point's prefix once."""
+def generated_tokens(episodes: list[tuple[Branch | None, TokenSequence | None]]) -> int:
+    """Tokens the policy generated for ``episodes`` (branch, tokens): each continuation's own, and each branch
+    point's prefix once."""
     own = sum(sum(tokens.mask) for _, tokens in episodes if tokens is not None)
-    prefixes = {b["id"]: b.get("prefix_generated", 0) for b, _ in episodes if b and b.get("id") is not None}
+    prefixes = {b.id: b.prefix_generated or 0 for b, _ in episodes if b is not None and b.id is not None}
     return own + sum(prefixes.values())
 
 
-class _Run:
-    """One line of play: an environment, an agent, the last observation and info, tokens and trajectory records."""
-
-    def __init__(self, env, agent, agent_name: str, path: str | Path | None):
-        self.env, self.agent, self.agent_name = env, agent, agent_name
-        self.out = TrajectoryWriter(path)
-        self.kept = Trajectory({}, [], None)
-        self.tokens, self.has_tokens = TokenSequence(), True
-        self.obs, self.info, self.reward, self.turns = "", {}, 0.0, 0
-        self.started, self.generate_s = time.monotonic(), 0.0
-        self.result: EpisodeResult | None = None
-
-    def write(self, record: dict[str, Any]) -> None:
-        self.out.write(record)
-        if record["type"] == "header":
-            self.kept.header = record
-        elif record["type"] == "step":
-            self.kept.steps.append(record)
-
-    def begin(self, task_id: str | None, seed: int | None) -> None:
-        self.obs, self.info = self.env.reset(seed=seed, options={"task_id": task_id} if task_id else None)
-        self.write({"type": "header", "format": TRAJECTORY_FORMAT, "task_id": self.info["task_id"],
-                    "agent": self.agent_name, "seed": seed, "observation": self.obs})
-        self.agent.reset(self.obs, {**self.info, "seed": seed})
-
-    def step(self) -> bool:
-        """One turn (as :func:`~repogym.agents.rollout.run_episode` plays it); whether the episode ended."""
-        start = time.monotonic()
-        try:
-            action = self.agent.act(self.obs, self.info)
-        except InfraError as exc:
-            record = {"status": Status.INFRA_ERROR, "error": {"where": exc.where, "message": exc.message}}
-            return self._end(Status.INFRA_ERROR, float("nan"), record, None)
-        except ContextOverflow as exc:  # the policy's limit: a 0, kept for training
-            record = {"status": Status.CONTEXT_OVERFLOW, "error": {"where": "agent.context", "message": str(exc)}}
-            return self._end(Status.CONTEXT_OVERFLOW, 0.0, record, self._tokens())
-        finally:
-            self.generate_s += time.monotonic() - start
-        turn = self.agent.turn_record() if hasattr(self.agent, "turn_record") else None
-        self.obs, self.reward, terminated, truncated, self.info = self.env.step(action)
-        self.turns += 1
-        step = {"type": "step", "turn": self.turns, "action": action, "observation": self.obs, "reward": self.reward,
-                "terminated": terminated, "truncated": truncated,
-                "info": {k: v for k, v in self.info.items() if k != "eval"}}
-        if turn:
-            step["agent"] = turn
-        tok = (turn or {}).get("tokens")
-        if tok is None:
-            self.has_tokens = False
-        else:
-            self.tokens.add_record(tok)
-        self.write(step)
-        if not (terminated or truncated):
-            return False
-        record = self.info.get("eval", {})
-        return self._end(record.get("status", UNKNOWN_STATUS), self.reward, record, self._tokens())
-
-    def _tokens(self) -> TokenSequence | None:
-        return self.tokens if self.has_tokens and self.turns else None
-
-    def _end(self, status, reward: float, record: dict[str, Any], tokens: TokenSequence | None) -> bool:
-        self.result = EpisodeResult(self.info["task_id"], self.agent_name, status, reward, self.turns,
-                                    time.monotonic() - self.started, record, tokens, self.info, self.kept)
-        return True
-
-    def finish(self, branch: dict[str, Any]) -> Continuation:
-        """Play to the end; write the end line with ``branch``; the continuation."""
-        try:
-            while self.result is None:
-                self.step()
-            r = self.result
-            self.kept.end = {"type": "end", "status": r.status, "reward": r.reward, "eval": r.eval, "branch": branch}
-            self.out.write(self.kept.end)
-        finally:
-            self.out.close()
-        return Continuation(r, branch, self.generate_s)
-
-    def branch(self, env, agent, path: str | Path | None) -> "_Run":
-        """A copy of this run on a forked ``env`` and ``agent``; its trajectory file starts with this run's lines."""
-        twin = _Run(env, agent, self.agent_name, path)
-        for record in [self.kept.header, *self.kept.steps]:
-            twin.write(dict(record))
-        twin.tokens = TokenSequence(list(self.tokens.ids), list(self.tokens.mask), list(self.tokens.logprobs),
-                                    list(self.tokens.versions), list(self.tokens.starts))
-        twin.has_tokens, twin.turns, twin.reward = self.has_tokens, self.turns, self.reward
-        twin.obs, twin.info = self.obs, dict(self.info)
-        return twin
-
-    def close(self) -> None:
-        self.out.close()
+def _twin(run: EpisodeRun, env, agent, path: str | Path | None) -> EpisodeRun:
+    """A copy of ``run`` on a forked ``env`` and ``agent``; its trajectory file starts with ``run``'s lines."""
+    twin = EpisodeRun(env, agent, run.agent_name, path)
+    for record in [run.kept.header, *run.kept.steps]:
+        twin.write(dict(record))
+    twin.tokens = TokenSequence(list(run.tokens.ids), list(run.tokens.mask), list(run.tokens.logprobs),
+                                list(run.tokens.versions), list(run.tokens.starts))
+    twin.has_tokens, twin.turns, twin.reward = run.has_tokens, run.turns, run.reward
+    twin.obs, twin.info = run.obs, dict(run.info)
+    return twin
 
 
 def _credited(tokens: TokenSequence | None, prefix: int) -> TokenSequence | None:
@@ -224,43 +174,50 @@ def branch_path(trajectory: str | Path | None, index: int) -> str | None:
     return str(path.with_name(f"{path.name.removesuffix('.jsonl')}.b{index}.jsonl"))
 
 
-def branching_rollout(env, agent, config: BranchingConfig, *, task_id: str | None = None, seed: int | None = None,
-                      agent_name: str = "agent", trajectory: str | Path | None = None) -> list[Continuation]:
+def _plain(run: EpisodeRun, reason: str) -> Continuation:
+    """``run`` played to its end as one plain episode that did not branch, for ``reason``."""
+    branch = Branch(None, reason=reason)
+    return Continuation(run.finish({"branch": branch.to_dict()}), branch, run.generate_s)
+
+
+def branching_rollout(env, agent: Agent, config: BranchingConfig, *, task_id: str | None = None,
+                      seed: int | None = None, agent_name: str = "agent",
+                      trajectory: str | Path | None = None) -> list[Continuation]:
     """One episode of ``agent`` in ``env`` branched at ``config.at`` into ``config.group`` continuations (the
-    source first); a single plain continuation when it does not branch (its ``branch["reason"]`` says why)."""
-    if config.enabled and not callable(getattr(agent, "fork", None)):
+    source first); a single plain continuation when it does not branch (its ``branch.reason`` says why)."""
+    if config.enabled and not isinstance(agent, ForkableAgent):
         raise ConfigError(f"branching needs an agent with fork(seed); {type(agent).__name__} has none")
-    root = _Run(env, agent, agent_name, branch_path(trajectory, 0))
+    root = EpisodeRun(env, agent, agent_name, branch_path(trajectory, 0))
     try:
         root.begin(task_id, seed)
         while root.result is None and not (config.enabled and config.reached(root.turns, root.info)):
             root.step()
         if root.result is not None:
-            return [root.finish({"id": None, "index": 0, "size": 1, "reason": "no branch point reached"
-                                 if config.enabled else "branching off"})]
+            return [_plain(root, "no branch point reached" if config.enabled else "branching off")]
         try:
             envs = env.fork(config.group - 1)
         except ForkRefused as exc:
-            return [root.finish({"id": None, "index": 0, "size": 1, "reason": f"fork refused: {exc.message}"})]
+            return [_plain(root, f"fork refused: {exc.message}")]
         except InfraError as exc:
-            return [root.finish({"id": None, "index": 0, "size": 1, "reason": f"fork failed: {exc.message}"})]
+            return [_plain(root, f"fork failed: {exc.message}")]
     except BaseException:
         root.close()
         raise
     prefix = len(root.tokens.ids)
-    point = {"id": f"{root.info['task_id']}/s{seed}/t{root.turns}", "size": config.group, "prefix_tokens": prefix,
-             "prefix_generated": sum(root.tokens.mask), "turn": root.turns}
+    point = Branch(f"{root.info['task_id']}/s{seed}/t{root.turns}", size=config.group, prefix_tokens=prefix,
+                   prefix_generated=sum(root.tokens.mask), turn=root.turns)
     runs = [root]
     try:
         for k, forked_env in enumerate(envs, start=1):
-            runs.append(root.branch(forked_env, agent.fork(seed=branch_seed(seed, k)), branch_path(trajectory, k)))
+            runs.append(_twin(root, forked_env, agent.fork(seed=branch_seed(seed, k)), branch_path(trajectory, k)))
         out = []
         for k, run in enumerate(runs):
             if k:
                 run.started = time.monotonic()  # a fork's time is its continuation's (the prefix is the source's)
-            done = run.finish({**point, "index": k})
-            done.result.tokens = _credited(done.result.tokens, prefix)
-            out.append(done)
+            branch = replace(point, index=k)
+            result = run.finish({"branch": branch.to_dict()})
+            result.tokens = _credited(result.tokens, prefix)
+            out.append(Continuation(result, branch, run.generate_s))
         return out
     finally:
         for run in runs:
@@ -269,5 +226,5 @@ def branching_rollout(env, agent, config: BranchingConfig, *, task_id: str | Non
             forked_env.close()
 
 
-__all__ = ["BRANCH_POINTS", "BranchingConfig", "Continuation", "branch_path", "branch_seed", "branching_rollout",
+__all__ = ["BRANCH_POINTS", "Branch", "BranchingConfig", "Continuation", "branch_path", "branch_seed", "branching_rollout",
            "closes_request", "comparison_key", "generated_tokens", "has_signal"]

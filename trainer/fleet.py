@@ -11,18 +11,22 @@ from __future__ import annotations
 
 import logging
 import queue
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from repogym.agents.trajectory import TokenSequence, status_of
+from repogym.agents import Agent
+from repogym.agents.rollout import EpisodeResult, ErrorRecord
+from repogym.agents.trajectory import TokenSequence
+from repogym.envs.core.bugs import report_bug
 from repogym.envs.core.errors import InfraError
 from repogym.envs.core.registry import Registry
 from repogym.envs.repo_env import EnvConfig
-from repogym.envs.core.status import Status, excluded
-from repogym.trainer.branching import BranchingConfig, branch_path, branching_rollout
+from repogym.envs.core.status import Status
+from repogym.trainer.branching import Branch, BranchingConfig, branch_path, branching_rollout
 
 log = logging.getLogger(__name__)
 
@@ -45,37 +49,38 @@ class EpisodeRequest:
 
 
 @dataclass
-class EpisodeOutcome:
-    """A finished episode, as the learner needs it."""
+class EpisodeOutcome(EpisodeResult):
+    """A finished episode as the learner needs it: the rollout's :class:`~repogym.agents.rollout.EpisodeResult`
+    (status, reward, turns, duration, tokens, error; ``excluded``, ``resolved``, ``components``) and the fleet's own
+    facts, given by keyword."""
 
-    request: EpisodeRequest
-    status: Status | str
-    """A :class:`Status` (a plain string given is read as one, see :func:`~repogym.agents.trajectory.status_of`)."""
-    reward: float
-    turns: int
-    duration_s: float
-    generate_s: float
-    """Time spent in the inference engine (the environment idles meanwhile)."""
-    tokens: TokenSequence | None = None
-    worker: int = -1
     trajectory: str | None = None
-    error: dict[str, Any] | None = None
-    components: dict[str, float] = field(default_factory=dict)
-    branch: dict[str, Any] | None = None
+    """The file the episode was written to (None: not written). The records themselves stay on the worker: an
+    outcome crosses Ray, and carries only what the learner reads."""
+    request: EpisodeRequest = field(kw_only=True)
+    generate_s: float = field(default=0.0, kw_only=True)
+    """Time spent in the inference engine (the environment idles meanwhile)."""
+    worker: int = field(default=-1, kw_only=True)
+    branch: Branch | None = field(default=None, kw_only=True)
     """With branching (:mod:`repogym.trainer.branching`): which continuation of which branch point this is, or
     why the episode did not branch; None when branching is off."""
 
-    def __post_init__(self):
-        self.status = status_of(self.status)
+    @classmethod
+    def of(cls, result: EpisodeResult, *, request: EpisodeRequest, generate_s: float, worker: int,
+           trajectory: str | None, duration_s: float, tokens: TokenSequence | None,
+           branch: Branch | None = None) -> "EpisodeOutcome":
+        """The outcome of a rollout's ``result``: its facts, the last step's info cut to what the learner reads."""
+        return cls(result.task_id, result.agent, result.status, result.reward, result.turns, duration_s, result.eval,
+                   tokens, {"reward_components": result.components}, trajectory, result.error, request=request,
+                   generate_s=generate_s, worker=worker, branch=branch)
 
-    @property
-    def excluded(self) -> bool:
-        """Left out of training and metrics: an infrastructure failure or no (NaN) reward."""
-        return excluded(self.status, self.reward)
-
-    @property
-    def resolved(self) -> bool:
-        return self.status == Status.RESOLVED
+    @classmethod
+    def failed(cls, request: EpisodeRequest, status: Status, error: ErrorRecord, *, agent: str, worker: int,
+               duration_s: float = 0.0, trajectory: str | None = None) -> "EpisodeOutcome":
+        """An episode that ended before the rollout could say how (``infra_error`` or ``internal_error``): NaN
+        reward, no turns."""
+        return cls(request.task_id, agent, status, float("nan"), 0, duration_s, {"status": status, "error": error},
+                   trajectory=trajectory, error=error, request=request, worker=worker)
 
     @property
     def version(self) -> int:
@@ -133,6 +138,20 @@ class _TimedEngine:
         self.engine.update_weights(state_dict, version)
 
 
+def caused_outside(exc: BaseException) -> bool:
+    """Whether ``exc`` is the outside world's doing, not a bug of ours: an :class:`InfraError` (a sandbox, a model
+    server, an engine actor, as the stack names them), a Ray failure other than a task's own exception (an actor
+    or node that died, an object lost, a timeout), or the Docker daemon's error."""
+    if isinstance(exc, InfraError):
+        return True
+    # Looked up among loaded modules: one never imported cannot have raised (and Ray and Docker stay optional).
+    ray_errors = sys.modules.get("ray.exceptions")
+    if ray_errors is not None and isinstance(exc, ray_errors.RayError) and not isinstance(exc, ray_errors.RayTaskError):
+        return True
+    docker_errors = sys.modules.get("docker.errors")
+    return docker_errors is not None and isinstance(exc, docker_errors.DockerException)
+
+
 class RolloutWorker:
     """Runs episodes on its own environments with its own agents (one of each per slot)."""
 
@@ -176,20 +195,22 @@ class RolloutWorker:
             config = replace(config, fork_pool_size=self.spec.branching.group - 1)
         return gym.make("repogym/RepoTask-v0", tasks=self.spec.tasks, config=config).unwrapped
 
-    def _agent(self, request: EpisodeRequest):
+    def _agent(self, request: EpisodeRequest) -> tuple[Agent, _TimedEngine | None]:
+        """The agent for ``request``, and the timer of its engine (None: an agent without an engine of ours)."""
         if self.spec.agent == "hf":
             from repogym.agents.hf import HFAgent, HFAgentConfig
 
             config = HFAgentConfig(**self.spec.agent_options)
             if request.temperature is not None:
                 config = replace(config, temperature=request.temperature)
-            return HFAgent(_TimedEngine(self.engine), self.tokenizer, config)
+            timer = _TimedEngine(self.engine)
+            return HFAgent(timer, self.tokenizer, config), timer
         from repogym.agents import make_agent
 
         options = dict(self.spec.agent_options)
         if self.spec.agent == "oracle":
             options.setdefault("tasks", self.spec.tasks)
-        return make_agent(self.spec.agent, **options)
+        return make_agent(self.spec.agent, **options), None
 
     def _branching(self, request: EpisodeRequest | None = None) -> BranchingConfig | None:
         """The branching config that applies (to ``request``: training episodes only), or None."""
@@ -219,41 +240,53 @@ class RolloutWorker:
         try:
             if slot["env"] is None:
                 slot["env"] = self._env()
-            agent = self._agent(request)
+            agent, timer = self._agent(request)
             if branching is not None:
-                return [self._outcome(request, c.result, c.generate_s, branch_path(trajectory, c.branch["index"]),
+                return [self._outcome(request, c.result, c.generate_s, branch_path(trajectory, c.branch.index),
                                       c.result.duration_s, c.branch)
                         for c in branching_rollout(slot["env"], agent, branching, task_id=request.task_id,
                                                    seed=request.seed, agent_name=self.spec.agent,
                                                    trajectory=trajectory)]
             result = run_episode(slot["env"], agent, task_id=request.task_id, seed=request.seed,
                                  agent_name=self.spec.agent, trajectory=trajectory)
-            generate_s = agent.engine.seconds if isinstance(getattr(agent, "engine", None), _TimedEngine) else 0.0
+            generate_s = timer.seconds if timer is not None else 0.0
             return [self._outcome(request, result, generate_s, trajectory, time.monotonic() - start)]
-        except Exception as exc:  # a bad rollout is data, never a dead worker: the episode is dropped, not learned
-            if slot["env"] is not None:
-                try:
-                    slot["env"].close()
-                except Exception:
-                    pass
-                slot["env"] = None
-            error = ({"where": exc.where, "message": exc.message} if isinstance(exc, InfraError) else
-                     {"where": "fleet.worker", "message": f"{type(exc).__name__}: {exc}"})
-            return [EpisodeOutcome(request, Status.INFRA_ERROR, float("nan"), 0, time.monotonic() - start, 0.0,
-                                   worker=self.worker_id, trajectory=trajectory, error=error)]
+        # The worker's boundary: a bad rollout is data, never a dead worker. What the outside world caused (a
+        # sandbox, a daemon, an engine actor, Ray) is an infra_error outcome; anything else is a bug of ours,
+        # reported (raised in strict mode) and returned as an internal_error outcome. Both are excluded.
+        except Exception as exc:
+            self._drop_env(slot, exc)
+            if caused_outside(exc):
+                status = Status.INFRA_ERROR
+                error: ErrorRecord = ({"where": exc.where, "message": exc.message} if isinstance(exc, InfraError)
+                                      else {"where": "fleet.worker", "message": f"{type(exc).__name__}: {exc}"})
+            else:
+                status, error = Status.INTERNAL_ERROR, report_bug("fleet.worker", exc).record()
+            return [EpisodeOutcome.failed(request, status, error, agent=self.spec.agent, worker=self.worker_id,
+                                          duration_s=time.monotonic() - start, trajectory=trajectory)]
         finally:
             self._slots.put(slot)
 
-    def _outcome(self, request: EpisodeRequest, result, generate_s: float, trajectory: str | None, duration_s: float,
-                 branch: dict[str, Any] | None = None) -> EpisodeOutcome:
+    def _drop_env(self, slot: dict, why: BaseException) -> None:
+        """Close the slot's environment after a failed episode (its next episode makes a fresh one)."""
+        env, slot["env"] = slot["env"], None
+        if env is None:
+            return
+        try:
+            env.close()
+        except Exception as exc:  # its sandbox's daemon or runner is likely what just failed: nothing more to do
+            log.warning("worker %d: could not close the environment of a failed episode (%s: %s) after %s: %s",
+                        self.worker_id, type(why).__name__, why, type(exc).__name__, exc)
+
+    def _outcome(self, request: EpisodeRequest, result: EpisodeResult, generate_s: float, trajectory: str | None,
+                 duration_s: float, branch: Branch | None = None) -> EpisodeOutcome:
         tokens = result.tokens
-        if tokens is None and self.tokenizer is not None and not excluded(result.status, result.reward):
+        if tokens is None and self.tokenizer is not None and not result.excluded:
             from repogym.trainer.sft_data import teacher_forced_tokens
 
             tokens = teacher_forced_tokens(result.trajectory, self.tokenizer, self.spec.format_options)
-        return EpisodeOutcome(request, result.status, result.reward, result.turns, duration_s, generate_s, tokens,
-                              self.worker_id, trajectory, result.eval.get("error"),
-                              result.info.get("reward_components", {}), branch)
+        return EpisodeOutcome.of(result, request=request, generate_s=generate_s, worker=self.worker_id,
+                                 trajectory=trajectory, duration_s=duration_s, tokens=tokens, branch=branch)
 
     def set_weights(self, state_dict, version: int) -> int:
         """Load new policy weights into the in-process engine."""
@@ -278,8 +311,9 @@ class RolloutWorker:
                 try:
                     slot["env"].close()
                     closed += 1
-                except Exception:
-                    pass
+                except Exception as exc:  # a daemon or a sandbox runner that is already gone: gc reaps what is left
+                    log.warning("worker %d: could not close an environment: %s: %s", self.worker_id,
+                                type(exc).__name__, exc)
                 slot["env"] = None
         return closed
 
@@ -304,8 +338,8 @@ def _reap_dead_owners_here() -> None:
         removed = [item.name for item in report.leftovers if item.removed]
         if removed:
             log.info("removed %d sandboxes of dead workers: %s", len(removed), ", ".join(removed))
-    except Exception as exc:
-        log.warning("could not reap dead workers' sandboxes: %s", exc)
+    except Exception as exc:  # the Docker daemon or the host's process table, not ours: the next reap retries
+        log.warning("could not reap dead workers' sandboxes: %s: %s", type(exc).__name__, exc)
 
 
 @runtime_checkable
@@ -414,9 +448,13 @@ class RayFleet:
                 if self.workers[index] is worker:  # the first of its failed episodes replaces it
                     self._replace(index)
                 self.submit([request])
-            except self.ray.exceptions.RayTaskError as exc:  # `run` returns failures as outcomes; this is a last net
-                results.append(EpisodeOutcome(request, Status.INFRA_ERROR, float("nan"), 0, 0.0, 0.0, worker=index,
-                                              error={"where": "fleet.worker", "message": str(exc)[-2000:]}))
+            except self.ray.exceptions.RayTaskError as exc:
+                # `run_all` returns every failure as an outcome: a worker raises only in strict mode or through a bug
+                # of ours, never for the outside world's sake. Raised here in strict mode.
+                error = report_bug("fleet.ray_worker", exc).record()
+                error["message"] = error["message"][-2000:]
+                results.append(EpisodeOutcome.failed(request, Status.INTERNAL_ERROR, error, agent=self.spec.agent,
+                                                     worker=index))
         return results
 
     def _replace(self, index: int) -> None:
@@ -446,13 +484,13 @@ class RayFleet:
         closing = [worker.close.remote() for worker in self.workers]
         try:
             self.ray.wait(closing, num_returns=len(closing), timeout=60)
-        except Exception:
-            pass  # a dead worker cannot close: the reap below takes its sandboxes
+        except self.ray.exceptions.RayError as exc:  # a dead worker cannot close: the reap below takes its sandboxes
+            log.warning("some rollout workers could not close their environments (%s); reaping their sandboxes", exc)
         owners = []
         try:
             owners = self.ray.get([worker.owner.remote() for worker in self.workers], timeout=30)
-        except Exception:
-            pass
+        except self.ray.exceptions.RayError as exc:  # a dead or hung worker: its sandboxes wait for gc's next reap
+            log.warning("could not ask every rollout worker for its owner id (%s); not waiting for them to exit", exc)
         for worker in self.workers:
             self.ray.kill(worker)
         self._futures.clear()
