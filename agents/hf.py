@@ -104,7 +104,7 @@ class HFEngine:
 def _version_of(completion: Completion, engine) -> int:
     """The policy version that generated ``completion``: its own record, else (an engine that does not keep one)
     the engine's version now, which a weight push since generation may already have moved."""
-    return int(completion.version if completion.version is not None else getattr(engine, "version", 0))
+    return int(completion.version if completion.version is not None else engine.version)
 
 
 class ChatFormat:

@@ -303,7 +303,7 @@ def _arguments(raw: Any) -> Any:
 def _read_error_body(exc: urllib.error.HTTPError) -> str:
     try:
         return exc.read().decode("utf-8", "replace")
-    except Exception:  # the body is only for the message; an unreadable one must not hide the status
+    except Exception:  # the server's body (a dropped connection, bad bytes) is only for the message: it must not hide the status
         return ""
 
 

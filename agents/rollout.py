@@ -2,7 +2,7 @@
 
 The trajectory format is described in :mod:`repogym.agents.trajectory`. How an episode ended is read once, here,
 from the last step's ``info`` (the Gymnasium boundary) into an :class:`EpisodeResult`: its ``status``, ``reward``
-and ``error`` (an :class:`ErrorRecord`); nothing downstream reads ``info["eval"]`` for them again.
+and ``error`` (an :class:`~repogym.envs.step_info.ErrorInfo`); nothing downstream reads ``info["eval"]`` for them again.
 
 - An agent that fails on infrastructure (an unreachable model server:
   :class:`repogym.envs.core.errors.InfraError`) ends the episode as
@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import gymnasium as gym
 
@@ -32,16 +32,10 @@ from repogym.agents.errors import ContextOverflow
 from repogym.agents.trajectory import TRAJECTORY_FORMAT, TokenSequence, Trajectory, TrajectoryWriter, status_of
 from repogym.envs.core.errors import InfraError
 from repogym.envs.core.status import Status, excluded
+from repogym.envs.step_info import ErrorInfo
 
 UNKNOWN_STATUS = "unknown"
 """The status of an episode that ended with no eval record (an environment that grades nothing): no outcome."""
-
-
-class ErrorRecord(TypedDict):
-    """What went wrong, as results store it (:meth:`repogym.envs.core.errors.LocatedError.record`)."""
-
-    where: str
-    message: str
 
 
 @dataclass
@@ -64,7 +58,7 @@ class EpisodeResult:
     """The last step's info (reward components, analysis, well-formed call count)."""
     trajectory: Trajectory | None = None
     """The episode's trajectory records, in memory (as written to the file)."""
-    error: ErrorRecord | None = None
+    error: ErrorInfo | None = None
     """Where and what went wrong (an infrastructure failure, a bug, a patch that failed, a guard that tripped);
     None when nothing did. Taken from ``eval["error"]`` when not given."""
 
@@ -92,13 +86,6 @@ class EpisodeResult:
     def components(self) -> dict[str, float]:
         """The named reward components of the last step (empty when the episode was not graded)."""
         return dict(self.info.get("reward_components") or {})
-
-
-def _internal_error(value: Any) -> ErrorRecord:
-    """``info["internal_error"]`` as a record: the env gives ``{"where", "message"}`` or (older) a message."""
-    if isinstance(value, dict):
-        return {"where": str(value.get("where", "env.step")), "message": str(value.get("message", ""))}
-    return {"where": "env.step", "message": str(value)}
 
 
 class EpisodeRun:
@@ -140,10 +127,10 @@ class EpisodeRun:
         try:
             action = self.agent.act(self.obs, self.info)
         except InfraError as exc:
-            error: ErrorRecord = {"where": exc.where, "message": exc.message}
-            return self._end(Status.INFRA_ERROR, float("nan"), {"status": Status.INFRA_ERROR, "error": error}, None)
+            return self._end(Status.INFRA_ERROR, float("nan"), {"status": Status.INFRA_ERROR, "error": exc.record()},
+                             None)
         except ContextOverflow as exc:  # the policy's limit, not the machine's: a 0, kept for training
-            error = {"where": "agent.context", "message": str(exc)}
+            error: ErrorInfo = {"where": "agent.context", "message": str(exc)}
             return self._end(Status.CONTEXT_OVERFLOW, 0.0, {"status": Status.CONTEXT_OVERFLOW, "error": error},
                              self._tokens())
         finally:
@@ -163,7 +150,7 @@ class EpisodeRun:
             self.tokens.add_record(tok)
         self.write(step)
         if "internal_error" in self.info:  # a bug of ours: the episode says nothing of the policy
-            error = _internal_error(self.info["internal_error"])
+            error = self.info["internal_error"]
             return self._end(Status.INTERNAL_ERROR, float("nan"), {"status": Status.INTERNAL_ERROR, "error": error},
                              None)
         if not (terminated or truncated):
@@ -208,4 +195,4 @@ def run_episode(env: gym.Env, agent: Agent, *, task_id: str | None = None, seed:
         run.close()
 
 
-__all__ = ["UNKNOWN_STATUS", "EpisodeResult", "EpisodeRun", "ErrorRecord", "run_episode"]
+__all__ = ["UNKNOWN_STATUS", "EpisodeResult", "EpisodeRun", "run_episode"]

@@ -38,7 +38,7 @@ from repogym.agents.errors import ContextOverflow
 from repogym.agents.rollout import UNKNOWN_STATUS
 from repogym.agents.trajectory import TRAJECTORY_FORMAT, TrajectoryWriter, status_of
 from repogym.envs.actions import parse_action
-from repogym.envs.core.errors import ForkRefused, InfraError
+from repogym.envs.core.errors import ForkRefused, InfraError, ToolError
 from repogym.bench.db import Outcome
 from repogym.envs.core.status import Status
 
@@ -116,6 +116,11 @@ class BestOfNResult(Outcome):
     trajectory: str | None = None
     """The chosen branch's trajectory file."""
 
+    @property
+    def error(self) -> dict[str, str] | None:
+        """Where and what went wrong (``eval["error"]``), or None."""
+        return self.eval.get("error")
+
 
 
 def branch_path(base: str | Path, index: int) -> Path:
@@ -128,7 +133,7 @@ def is_submit(action: Any) -> bool:
     """``action`` is a well-formed call of ``submit`` (a malformed one is stepped like any action)."""
     try:
         return parse_action(action).name == "submit"
-    except Exception:  # noqa: BLE001 - anything unparsable is the environment's to answer
+    except ToolError:  # unparsable: the environment's to answer when it is stepped
         return False
 
 
@@ -202,14 +207,14 @@ def _drive(branch: Branch, hold_submit: bool) -> None:
         try:
             action = branch.agent.act(branch.obs, branch.info)
         except InfraError as exc:
-            record = {"status": Status.INFRA_ERROR, "error": {"where": exc.where, "message": exc.message}}
+            record = {"status": Status.INFRA_ERROR, "error": exc.record()}
             branch.end = {"status": Status.INFRA_ERROR, "reward": float("nan"), "eval": record}
             return
         except ContextOverflow as exc:  # the policy's limit: a 0 for this branch
             record = {"status": Status.CONTEXT_OVERFLOW, "error": {"where": "agent.context", "message": str(exc)}}
             branch.end = {"status": Status.CONTEXT_OVERFLOW, "reward": 0.0, "eval": record}
             return
-        turn = branch.agent.turn_record() if hasattr(branch.agent, "turn_record") else None
+        turn = branch.agent.turn_record()
         if hold_submit and is_submit(action):
             branch.submit, branch.submit_turn = action, turn
             return
@@ -226,7 +231,10 @@ def _step(branch: Branch, action: str, turn: dict[str, Any] | None) -> None:
         step["agent"] = turn
     branch.writer.write(step)
     branch.obs, branch.info = obs, info
-    if terminated or truncated:
+    if "internal_error" in info:  # a bug of ours ended the branch: excluded, never a reward
+        record = {"status": Status.INTERNAL_ERROR, "error": info["internal_error"]}
+        branch.end = {"status": Status.INTERNAL_ERROR, "reward": float("nan"), "eval": record}
+    elif terminated or truncated:
         record = info.get("eval", {})
         branch.end = {"status": status_of(record.get("status", UNKNOWN_STATUS)), "reward": reward, "eval": record}
 

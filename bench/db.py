@@ -34,8 +34,8 @@ CREATE TABLE IF NOT EXISTS episodes (
     long_horizon INTEGER NOT NULL DEFAULT 0,  -- the task needs 10+ turns
     sample INTEGER NOT NULL,        -- 0..k-1 within (agent, checkpoint, suite, task)
     seed INTEGER NOT NULL,
-    status TEXT NOT NULL,           -- a Status: resolved | unresolved | patch_failed | infra_error | ...
-    reward REAL,                    -- NULL for infra_error (NaN is not stored)
+    status TEXT NOT NULL,           -- a Status: resolved | unresolved | patch_failed | infra_error | internal_error | ...
+    reward REAL,                    -- NULL for infra_error, internal_error (NaN is not stored)
     components TEXT NOT NULL DEFAULT '{}',    -- JSON: reward components
     turns INTEGER NOT NULL,
     tool_calls INTEGER NOT NULL DEFAULT 0,
@@ -64,7 +64,7 @@ CREATE TABLE IF NOT EXISTS best_of_n (  -- best-of-n trials (repogym bench --bes
     branches INTEGER NOT NULL,      -- branches run: n, or 1 after a fallback
     chosen INTEGER,                 -- index of the graded branch
     status TEXT NOT NULL,           -- the chosen branch's graded Status
-    reward REAL,                    -- NULL for infra_error
+    reward REAL,                    -- NULL for infra_error, internal_error
     turns INTEGER NOT NULL,
     wall_s REAL NOT NULL,
     fallback TEXT,                  -- why the episode could not be forked (then one plain episode), else NULL
@@ -95,9 +95,15 @@ class Outcome:
         return self.status == Status.RESOLVED
 
     @property
-    def infra_error(self) -> bool:
-        """Left out of every rate (:func:`repogym.envs.core.status.excluded`): an infrastructure failure or no reward."""
+    def excluded(self) -> bool:
+        """Left out of every rate (:func:`repogym.envs.core.status.excluded`): an infrastructure failure, a bug of
+        repogym's, or no reward."""
         return excluded(self.status, self.reward)
+
+    @property
+    def internal_error(self) -> bool:
+        """Ended by a bug of repogym's (excluded, and counted apart from infrastructure failures)."""
+        return self.status == Status.INTERNAL_ERROR
 
 
 @dataclass

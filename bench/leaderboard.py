@@ -96,7 +96,8 @@ def table(summaries: Sequence[Summary]) -> tuple[list[str], list[list[str]]]:
                     + [percent(s.pass_at_k.get(k)) for k in ks]
                     + [_number(s.mean_turns, 1), _number(s.mean_tokens, 0), percent(s.format_adherence),
                        percent(s.self_correction), percent(s.long_horizon),
-                       f"{s.infra_errors} ({percent(s.infra_error_rate)})", str(s.episodes)])
+                       f"{s.infra_errors} ({percent(s.infra_error_rate)})"
+                       + (f" + {s.internal_errors} internal" if s.internal_errors else ""), str(s.episodes)])
     return header, rows
 
 
@@ -125,7 +126,7 @@ def best_of_n_table(best: Sequence[BestOfNSummary], summaries: Sequence[Summary]
         rate = "n/a" if math.isnan(b.rate) else f"{percent(b.rate)} [{100 * b.ci_low:.1f}, {100 * b.ci_high:.1f}]"
         rows.append([b.agent, b.suite] + [b.checkpoint] * show_checkpoint
                     + [str(b.n), percent(p1.resolved_rate) if p1 else "n/a", rate, str(b.trials), str(b.fallbacks),
-                       str(b.infra_errors)])
+                       str(b.infra_errors) + (f" + {b.internal_errors} internal" if b.internal_errors else "")])
     return header, rows
 
 

@@ -1,9 +1,10 @@
 """Benchmark metrics over stored episodes: resolved rate, pass@k, confidence intervals and process metrics.
 
 Guarantees:
-- excluded episodes (:func:`repogym.envs.core.status.excluded`: ``infra_error``, or no reward) count in
-  ``episodes`` and ``infra_errors`` / ``infra_error_rate`` and nowhere else: every rate and mean is over the
-  other ("valid") episodes, so a broken sandbox never reads as a failed agent.
+- excluded episodes (:func:`repogym.envs.core.status.excluded`: ``infra_error``, ``internal_error``, or no reward)
+  count in ``episodes`` and ``infra_errors`` / ``infra_error_rate`` (or, for a bug of repogym's,
+  ``internal_errors``) and nowhere else: every rate and mean is over the other ("valid") episodes, so a broken
+  sandbox or a bug of ours never reads as a failed agent.
 - Rates are means over tasks of each task's c/n (c resolved of n valid samples), so a task run more often
   does not weigh more. A task whose every episode was an infra error is left out of the rates.
 - ``pass_at_k`` is the unbiased estimator of Chen et al. (2021), computed as a product (no huge binomials),
@@ -58,8 +59,11 @@ class Summary:
     mean_tokens: float = math.nan
     """Prompt plus completion tokens per episode."""
     infra_errors: int = 0
+    """Excluded episodes other than internal errors: infrastructure failures, episodes with no reward."""
     infra_error_rate: float = 0.0
     """Infra errors / all episodes."""
+    internal_errors: int = 0
+    """Episodes a bug of repogym's ended (``internal_error``): excluded, and not the agent's or the machine's."""
 
 
 def summarize(rows: Iterable[EpisodeRow]) -> list[Summary]:
@@ -74,13 +78,14 @@ def summarize(rows: Iterable[EpisodeRow]) -> list[Summary]:
 
 def summarize_group(rows: list[EpisodeRow]) -> Summary:
     """The Summary of the episodes of one agent, suite and checkpoint."""
-    valid = [r for r in rows if not r.infra_error]
+    valid = [r for r in rows if not r.excluded]
     per_task = _by_task(valid)
     resolved = sum(r.resolved for r in valid)
     low, high = wilson(resolved, len(valid))
     long_tasks = {t: rs for t, rs in per_task.items() if rs[0].long_horizon}
     calls = sum(r.tool_calls for r in valid)
-    infra = len(rows) - len(valid)
+    internal = sum(r.internal_error for r in rows)
+    infra = len(rows) - len(valid) - internal
     return Summary(
         agent=rows[0].agent, suite=rows[0].suite, checkpoint=rows[0].checkpoint,
         episodes=len(rows), tasks=len({r.task_id for r in rows}),
@@ -93,7 +98,7 @@ def summarize_group(rows: list[EpisodeRow]) -> Summary:
         self_correction=sum(r.self_corrected for r in valid if r.resolved) / resolved if resolved else None,
         mean_turns=_mean([r.turns for r in valid]),
         mean_tokens=_mean([r.prompt_tokens + r.completion_tokens for r in valid]),
-        infra_errors=infra, infra_error_rate=infra / len(rows) if rows else 0.0)
+        infra_errors=infra, infra_error_rate=infra / len(rows) if rows else 0.0, internal_errors=internal)
 
 
 def summary_table(summaries: list[Summary]) -> str:
@@ -109,7 +114,7 @@ def summary_table(summaries: list[Summary]) -> str:
         cells += [_pct(s.pass_at_k.get(k)) for k in ks]
         cells += [" ".join(f"{level}:{_pct(rate)}" for level, rate in s.by_difficulty.items()) or "-",
                   f"{_pct(s.long_horizon)} ({s.long_horizon_tasks})", _pct(s.short_horizon), _pct(s.format_adherence), _pct(s.self_correction),
-                  f"{s.mean_turns:.1f}", f"{s.mean_tokens:.0f}", f"{s.infra_errors} ({_pct(s.infra_error_rate)})"]
+                  f"{s.mean_turns:.1f}", f"{s.mean_tokens:.0f}", _errors(s.infra_errors, s.infra_error_rate, s.internal_errors)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -132,6 +137,8 @@ class BestOfNSummary:
     fallbacks: int = 0
     """Trials that could not fork and ran one plain episode (counted in the rate)."""
     infra_errors: int = 0
+    internal_errors: int = 0
+    """Trials a bug of repogym's ended (excluded, counted apart from ``infra_errors``)."""
     mean_turns: float = math.nan
     """Turns of the chosen branches."""
 
@@ -143,12 +150,14 @@ def summarize_best_of_n(rows: Iterable[BestOfNRow]) -> list[BestOfNSummary]:
         groups[(row.agent, row.suite, row.checkpoint, row.n)].append(row)
     out = []
     for (agent, suite, checkpoint, n), group in groups.items():
-        valid = [r for r in group if not r.infra_error]
+        valid = [r for r in group if not r.excluded]
+        internal = sum(r.internal_error for r in group)
         low, high = wilson(sum(r.resolved for r in valid), len(valid))
         out.append(BestOfNSummary(agent, suite, checkpoint, n, len(group), len({r.task_id for r in group}),
                                   _task_mean_rate(_by_task(valid).values()), low, high,
                                   fallbacks=sum(r.fallback is not None for r in group),
-                                  infra_errors=len(group) - len(valid), mean_turns=_mean([r.turns for r in valid])))
+                                  infra_errors=len(group) - len(valid) - internal, internal_errors=internal,
+                                  mean_turns=_mean([r.turns for r in valid])))
     return sorted(out, key=lambda s: (-s.rate if not math.isnan(s.rate) else math.inf, s.agent, s.suite,
                                       s.checkpoint, s.n))
 
@@ -163,7 +172,8 @@ def best_of_n_table(best: list[BestOfNSummary], pass1: list[Summary] = ()) -> st
         plain = by_group.get((s.agent, s.suite, s.checkpoint))
         cells = [s.agent, s.suite, s.checkpoint or "-", str(s.n), str(s.tasks), str(s.trials),
                  _pct(plain.resolved_rate) if plain else "-", f"{_pct(s.rate)} ({_pct(s.ci_low)}-{_pct(s.ci_high)})",
-                 str(s.fallbacks), f"{s.mean_turns:.1f}", str(s.infra_errors)]
+                 str(s.fallbacks), f"{s.mean_turns:.1f}",
+                 str(s.infra_errors) + (f" + {s.internal_errors} internal" if s.internal_errors else "")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -198,6 +208,11 @@ def _by_difficulty(per_task: dict[str, list[EpisodeRow]]) -> dict[int, float]:
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else math.nan
+
+
+def _errors(infra: int, rate: float, internal: int) -> str:
+    """The errors cell: infra errors and their rate, and internal errors (repogym's bugs) apart when there are any."""
+    return f"{infra} ({_pct(rate)})" + (f" + {internal} internal" if internal else "")
 
 
 def _pct(value: float | None) -> str:

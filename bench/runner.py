@@ -14,7 +14,10 @@ Guarantees:
   loading the task), are stored as ``infra_error`` rows (:class:`repogym.envs.core.status.Status`) with ``where``
   and ``message`` and no reward, never as reward 0; so is any episode :func:`repogym.envs.core.status.excluded`
   leaves out (a NaN reward).
-  Any other exception is a bug: the run stops and it propagates.
+- An episode a bug of repogym's ended (the environment caught it: ``internal_error``) is stored as an
+  ``internal_error`` row, counted apart from infra errors, and the run ends with a loud line naming how many
+  there were (their tracebacks are in the log, :mod:`repogym.envs.core.bugs`).
+  Any other exception (a bug in the runner or the agent's code) stops the run and propagates.
 
 With ``best_of`` > 1 the runner runs best-of-n trials instead (:mod:`repogym.bench.best_of_n`), one per task and
 sample, resumable the same way; they are stored in their own table and summarized apart from pass@1.
@@ -140,6 +143,8 @@ class BenchReport:
     """This agent on this suite, over everything in the database."""
     best_of_n: list[BestOfNSummary] = field(default_factory=list)
     """This agent's best-of-n trials on this suite (every n stored), apart from ``summaries``."""
+    internal_errors: int = 0
+    """Episodes (trials) of this run a bug of repogym's ended: stored as ``internal_error``, excluded."""
 
 
 AgentFactory = Callable[[], Any]
@@ -234,8 +239,9 @@ def _run(config: BenchConfig, tasks: list[Task], todo: list[EpisodeSpec], factor
                 raise item
             report.written += db.add_best_of_n(item) if isinstance(item, BestOfNRow) else db.add_episode(item)
             done += 1
-            valid += not item.infra_error
+            valid += not item.excluded
             resolved += item.resolved
+            report.internal_errors += item.internal_error
             bar.update()
             bar.set_postfix_str(f"pass {resolved}/{valid}" + (f" = {100 * resolved / valid:.0f}%" if valid else ""))
     except KeyboardInterrupt:
@@ -245,6 +251,11 @@ def _run(config: BenchConfig, tasks: list[Task], todo: list[EpisodeSpec], factor
     finally:
         stop.set()
         bar.close()
+        if report.internal_errors:
+            print(f"\nINTERNAL ERRORS: {report.internal_errors} of {done} episodes ended in a bug of repogym's (not the "
+                  "agent's, not the infrastructure's); they are stored as internal_error and left out of every rate. "
+                  "The log (logger repogym.bugs) holds each kind's traceback: please report it.",
+                  file=sys.stderr, flush=True)
 
 
 def _work(env, agent, config: BenchConfig, pending: queue.Queue, finished: queue.Queue,
@@ -277,7 +288,7 @@ def _episode(env, agent, name: str, spec: EpisodeSpec) -> EpisodeResult:
         return run_episode(env, agent, task_id=spec.task.instance_id, seed=spec.seed, agent_name=name,
                            trajectory=spec.trajectory)
     except InfraError as exc:
-        record = {"status": Status.INFRA_ERROR, "error": {"where": exc.where, "message": exc.message}}
+        record = {"status": Status.INFRA_ERROR, "error": exc.record()}
         return EpisodeResult(spec.task.instance_id, name, Status.INFRA_ERROR, float("nan"), 0,
                              time.monotonic() - start, record, trajectory=Trajectory({}, [], None))
 
@@ -286,32 +297,39 @@ def _episode(env, agent, name: str, spec: EpisodeSpec) -> EpisodeResult:
 def episode_row(config: BenchConfig, spec: EpisodeSpec, result: EpisodeResult) -> EpisodeRow:
     """The database row of one finished episode."""
     steps = result.trajectory.steps if result.trajectory else []
-    infra = result.infra_error
     prompt, completion = token_counts(steps)
     task = spec.task
     return EpisodeRow(
         agent=config.name, suite=config.suite, task_id=task.instance_id, sample=spec.sample, seed=spec.seed,
-        status=Status.INFRA_ERROR if infra else result.status, reward=None if infra else float(result.reward),
+        status=stored_status(result.status, result.excluded), reward=None if result.excluded else float(result.reward),
         turns=result.turns, wall_s=round(result.duration_s, 3), checkpoint=config.checkpoint,
         difficulty=task.difficulty, long_horizon=is_long_horizon(task),
-        components=dict(result.info.get("reward_components") or {}), tool_calls=len(steps),
+        components=result.components, tool_calls=len(steps),
         tool_errors=sum(bool(s["info"].get("error")) for s in steps),
         well_formed=int(result.info.get("well_formed_calls", 0)),
         self_corrected=result.resolved and failed_tests_before(steps),
         prompt_tokens=prompt, completion_tokens=completion, trajectory=str(spec.trajectory),
-        error=result.eval.get("error") if infra else None)
+        error=result.error if result.excluded else None)
 
 
 def best_of_n_row(config: BenchConfig, spec: EpisodeSpec, result: BestOfNResult) -> BestOfNRow:
     """The database row of one finished best-of-n trial."""
-    infra = result.infra_error
+    infra = result.excluded
     return BestOfNRow(
         agent=config.name, suite=config.suite, task_id=spec.task.instance_id, sample=spec.sample, seed=spec.seed,
         n=result.n, branches=result.branches, chosen=result.chosen,
-        status=Status.INFRA_ERROR if infra else result.status, reward=None if infra else float(result.reward),
+        status=stored_status(result.status, infra), reward=None if infra else float(result.reward),
         turns=result.turns, wall_s=round(result.duration_s, 3), checkpoint=config.checkpoint,
         difficulty=spec.task.difficulty, fallback=result.fallback, scores=result.scores, trajectory=result.trajectory,
-        error=result.eval.get("error") if infra else None)
+        error=result.error if infra else None)
+
+
+def stored_status(status: Status | str, excluded: bool) -> Status | str:
+    """The status a row stores: an excluded episode is ``infra_error`` (a NaN reward says nothing of the agent)
+    unless a bug of repogym's ended it (``internal_error``, kept apart)."""
+    if not excluded or status == Status.INTERNAL_ERROR:
+        return status
+    return Status.INFRA_ERROR
 
 
 def is_long_horizon(task: Task) -> bool:

@@ -98,11 +98,6 @@ class Branch:
         return {"id": self.id, "size": self.size, "prefix_tokens": self.prefix_tokens,
                 "prefix_generated": self.prefix_generated, "turn": self.turn, "index": self.index}
 
-    def __getitem__(self, key: str) -> Any:
-        """Dict-style reads (``branch["id"]``), for readers not yet moved to the attributes (trainer/train.py's
-        rollout metrics); to be removed once they are."""
-        return self.to_dict()[key]
-
 
 @dataclass
 class Continuation:

@@ -19,12 +19,13 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from repogym.agents import Agent
-from repogym.agents.rollout import EpisodeResult, ErrorRecord
+from repogym.agents.rollout import EpisodeResult
 from repogym.agents.trajectory import TokenSequence
 from repogym.envs.core.bugs import report_bug
 from repogym.envs.core.errors import InfraError
 from repogym.envs.core.registry import Registry
 from repogym.envs.repo_env import EnvConfig
+from repogym.envs.step_info import ErrorInfo
 from repogym.envs.core.status import Status
 from repogym.trainer.branching import Branch, BranchingConfig, branch_path, branching_rollout
 
@@ -75,7 +76,7 @@ class EpisodeOutcome(EpisodeResult):
                    generate_s=generate_s, worker=worker, branch=branch)
 
     @classmethod
-    def failed(cls, request: EpisodeRequest, status: Status, error: ErrorRecord, *, agent: str, worker: int,
+    def failed(cls, request: EpisodeRequest, status: Status, error: ErrorInfo, *, agent: str, worker: int,
                duration_s: float = 0.0, trajectory: str | None = None) -> "EpisodeOutcome":
         """An episode that ended before the rollout could say how (``infra_error`` or ``internal_error``): NaN
         reward, no turns."""
@@ -258,8 +259,8 @@ class RolloutWorker:
             self._drop_env(slot, exc)
             if caused_outside(exc):
                 status = Status.INFRA_ERROR
-                error: ErrorRecord = ({"where": exc.where, "message": exc.message} if isinstance(exc, InfraError)
-                                      else {"where": "fleet.worker", "message": f"{type(exc).__name__}: {exc}"})
+                error: ErrorInfo = (exc.record() if isinstance(exc, InfraError)
+                                   else {"where": "fleet.worker", "message": f"{type(exc).__name__}: {exc}"})
             else:
                 status, error = Status.INTERNAL_ERROR, report_bug("fleet.worker", exc).record()
             return [EpisodeOutcome.failed(request, status, error, agent=self.spec.agent, worker=self.worker_id,
