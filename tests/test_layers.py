@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("repogym.envs.tasks", "repogym.envs.analysis"),         # task records and repositories; static analysis
     ("repogym.envs.rewards",),                               # grading in a pristine sandbox, reward components
     ("repogym.envs.tools",),                                 # what the agent calls
-    ("repogym.envs.actions",),                               # model text to tool calls
+    ("repogym.envs.actions", "repogym.envs.step_info"),      # model text to tool calls; the shape of ``info``
     ("repogym.envs.repo_env", "repogym.envs.taskgen"),       # the Gymnasium env; the task generator
     ("repogym.envs",),                                       # the package: registers the env id
     ("repogym.agents",),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from repogym.envs.core.errors import InstallFailed, RunnerExited, RunnerTimeout, SandboxError, SandboxKilledByAgent, SandboxRequestError
 from repogym.envs.sandbox.snapshot import RepoSnapshot
+
+log = logging.getLogger(__name__)
 
 INSIDE_DIR = Path(__file__).resolve().parent / "inside"
 REPO_DIR = "/repo"
@@ -78,6 +81,17 @@ class Sandbox(Protocol):
     repo_dir: str
     """Where the repository lives inside the sandbox (:data:`REPO_DIR` unless a task's image keeps it elsewhere);
     tools and checks take paths relative to it."""
+    inside_dir: str
+    """Where the harness's own files (``inside/``: the runner, the test launcher, the report plugins) are inside the
+    sandbox, read-only."""
+    snapshot_key: str | None
+    """:attr:`RepoSnapshot.key` of what was loaded (or imported), ``None`` before: a sandbox holding the wanted key
+    can be reset instead of loaded again."""
+    base_tree: str | None
+    """:meth:`tree_id` of the base commit (set by :meth:`load` and :meth:`import_state`), ``None`` before."""
+    dirty_reason: str | None
+    """Why a reset can no longer be trusted to restore this sandbox (its runner died, a request failed), or ``None``.
+    Callers set it too, when an operation of theirs failed half-way; a dirty sandbox is replaced, never reused."""
 
     def load(self, snapshot: RepoSnapshot) -> None:
         """Make the repository the snapshot, committed once as the base."""
@@ -97,6 +111,22 @@ class Sandbox(Protocol):
 
     def diff(self) -> str:
         """The working tree against the base commit as a git patch (new files included)."""
+
+    def tree_id(self) -> str:
+        """A fingerprint of the working tree's content: it changes exactly when :meth:`diff` would."""
+
+    def export_state(self, limit: int = 128 << 20) -> SandboxState:
+        """This sandbox's files now (repository with ``.git``, scratch folders, the base a reset returns to), for
+        :meth:`import_state` in another sandbox of the same backend; :class:`SandboxRequestError` when they are over
+        ``limit`` bytes."""
+
+    def import_state(self, state: SandboxState) -> None:
+        """Become the sandbox ``state`` was exported from (its processes are not copied); :class:`SandboxError` for a
+        state of another backend or repository folder."""
+
+    def staging_folder(self, nonce: str) -> str | None:
+        """A fresh folder for one test run that the agent cannot write to, holding nothing yet, or ``None`` when this
+        sandbox has no such place (the harness then stages in the agent's scratch folders)."""
 
     def close(self) -> None:
         """Free every resource; idempotent."""
@@ -135,6 +165,7 @@ class RunnerClient:
     backend = "runner"
     scratch_dirs: tuple[str, ...] = ("/tmp",)
     repo_dir: str = REPO_DIR
+    inside_dir: str = "/opt/repogym"
 
     def __init__(self, config: SandboxConfig | None = None):
         self.config = config or SandboxConfig()
@@ -161,7 +192,8 @@ class RunnerClient:
 
     def _outside_cause(self) -> str | None:
         """After the runner exited or stopped answering: the cause outside the sandbox that the backend can show
-        (killed, paused or stopped from outside, the daemon restarted), or ``None`` when there is none."""
+        (killed, paused or stopped from outside, the daemon restarted), or ``None`` when there is none; a
+        :class:`SandboxError` when the backend cannot be asked (its daemon does not answer)."""
         raise NotImplementedError
 
     # -- requests -------------------------------------------------------------------------------------
@@ -203,7 +235,7 @@ class RunnerClient:
             return SandboxError(where, f"{exc}, before any command of the agent ran")
         try:
             cause = self._outside_cause()
-        except Exception as err:  # the backend cannot even be asked (daemon gone): infrastructure
+        except SandboxError as err:  # the backend cannot even be asked (its daemon gone): infrastructure
             cause = f"the backend does not answer ({type(err).__name__}: {err})"
         if cause is None:
             return SandboxKilledByAgent(where, f"{exc}; no cause outside the sandbox, so a command inside it did it")
@@ -251,6 +283,15 @@ class RunnerClient:
     def tree_id(self) -> str:
         """A fingerprint of the working tree's content: it changes exactly when :meth:`diff` would."""
         return self.request("tree", wait=150)["tree"]
+
+    def staging_folder(self, nonce: str) -> str | None:
+        """The runner's folder for one test run, out of the agent's reach (docker: a root-owned tmpfs, see
+        ``inside/runner.py`` ``stage``), or ``None`` when the runner has no such place or could not make it."""
+        try:
+            return self.request("stage", nonce=nonce).get("folder")
+        except SandboxRequestError as exc:
+            log.debug("no staging folder from the runner (%s): the harness stages in the scratch folders", exc)
+            return None
 
     def export_state(self, limit: int = 128 << 20) -> SandboxState:
         """What :meth:`import_state` needs to make another sandbox of this backend this one, now; the runner

@@ -9,6 +9,7 @@ cgroup tree (root, or a delegated subtree); without it the sandbox runs unlimite
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -16,6 +17,8 @@ import time
 from pathlib import Path
 
 from repogym.envs.core.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 ROOT = Path("/sys/fs/cgroup")
 CLOSE_WAIT_S = 10.0  # how long close() waits for the processes inside to be gone and the folders removed
@@ -83,8 +86,8 @@ class Cgroup:
         for folder in self.dirs:
             try:
                 found |= {int(p) for p in (folder / "cgroup.procs").read_text().split()}
-            except OSError:
-                pass
+            except OSError as exc:  # the kernel's cgroup folder is gone (removed, or never made): nothing in it
+                log.debug("cgroup %s: no process list (%s)", folder, exc)
         return found
 
     def close(self) -> None:
@@ -99,8 +102,8 @@ class Cgroup:
             for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+                except OSError as exc:  # it exited meanwhile
+                    log.debug("killing %d in cgroup %s: %s", pid, self.name, exc)
             time.sleep(0.02)
         for folder in self.dirs:
             while True:

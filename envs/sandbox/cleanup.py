@@ -22,7 +22,8 @@ import threading
 import time
 from typing import Any
 
-from repogym.envs.core.errors import SandboxError
+from repogym.envs.core.bugs import report_bug
+from repogym.envs.core.errors import SandboxError, SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,8 @@ def _install() -> None:
         try:
             if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
                 signal.signal(signal.SIGTERM, _on_sigterm)
-        except (ValueError, OSError):  # not the main interpreter, or signals unavailable
-            pass
+        except (ValueError, OSError) as exc:  # not the main interpreter, or signals unavailable here
+            log.info("no SIGTERM handler installed (%s): the clean-up runs at a normal exit only", exc)
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -91,39 +92,50 @@ def close_all() -> int:
     for pool in pools:  # all stop refilling at once; then one shared wait for the starts in progress
         pool.stop()
     deadline = time.monotonic() + POOL_WAIT_S
+    bugs: list[Exception] = []
     for pool in pools:
-        _close_quietly(lambda: pool.close(timeout=deadline - time.monotonic()), pool)
+        _close_quietly(lambda: pool.close(timeout=deadline - time.monotonic()), pool, bugs)
     with _lock:
         seen = {id(s) for s in sandboxes}
         sandboxes += [s for s in _sandboxes.values() if id(s) not in seen]  # what a start in progress made
     for sandbox in sandboxes:
-        _close_quietly(sandbox.close, sandbox)
-    return _sweep_containers() if _state["docker"] else 0
+        _close_quietly(sandbox.close, sandbox, bugs)
+    removed = _sweep_containers() if _state["docker"] else 0
+    for exc in bugs:  # reported once everything else is closed (strict mode raises the first)
+        report_bug("sandbox.cleanup.close_all", exc)
+    return removed
 
 
-def _close_quietly(close, item) -> None:
+def _close_quietly(close, item, bugs: list[Exception]) -> None:
+    """Close one pool or sandbox; a failure does not keep the rest alive."""
     try:
         close()
-    except Exception as exc:  # one failure must not keep the rest alive
+    except (SandboxError, OSError) as exc:  # the backend: its daemon, a dead sandbox's processes or files
         log.warning("closing %r at exit failed: %s", item, exc)
+    except Exception as exc:  # a bug of ours: reported after the rest is closed
+        bugs.append(exc)
 
 
 def _sweep_containers() -> int:
-    from repogym.envs.sandbox.docker_client import docker_client
+    from repogym.envs.sandbox.docker_client import daemon_errors, docker_client
     from repogym.envs.sandbox.owner import OWNER_LABEL, owner_id
+
+    import docker.errors  # a docker sandbox ran in this process, so the SDK is there
 
     try:
         client = docker_client()
         found = client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={owner_id()}"},
                                        ignore_removed=True)
-    except Exception as exc:
-        log.warning("could not list this process's containers at exit: %s", exc)
+    except (SandboxUnavailable, *daemon_errors()) as exc:  # the Docker daemon went away
+        log.warning("could not list this process's containers at exit (left to repogym gc): %s", exc)
         return 0
     removed = 0
     for container in found:
         try:
             container.remove(force=True)
             removed += 1
-        except Exception:
-            pass  # gone meanwhile
+        except docker.errors.NotFound:
+            log.debug("container %s went meanwhile", container.name)
+        except daemon_errors() as exc:  # the Docker daemon refused or failed
+            log.warning("could not remove container %s at exit (left to repogym gc): %s", container.name, exc)
     return removed

@@ -25,11 +25,11 @@ import struct
 import time
 import uuid
 
-from repogym.envs.core.errors import RunnerExited, RunnerTimeout, SandboxError, SandboxUnavailable
+from repogym.envs.core.errors import RunnerExited, RunnerTimeout, SandboxError, SandboxRequestError, SandboxUnavailable
 from repogym.envs.sandbox.base import REPO_DIR, WRITABLE, RunnerClient, SandboxConfig
-from repogym.envs.sandbox.docker_client import docker_client
-from repogym.envs.sandbox.images import ensure_env_image
 from repogym.envs.sandbox.cleanup import register_sandbox, unregister_sandbox
+from repogym.envs.sandbox.docker_client import daemon_errors, docker_client
+from repogym.envs.sandbox.images import ensure_env_image
 from repogym.envs.sandbox.owner import owner_labels
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,8 @@ class DockerSandbox(RunnerClient):
         writable = {repo_dir if path == REPO_DIR else path: size for path, size in WRITABLE.items()}
         self.name = f"repogym-{self.config.run_id}-{uuid.uuid4().hex[:8]}"
         labels = {**container_labels(self.config.run_id), **self.config.labels}
+        self.container = None  # until the daemon made it
+        self._stream = self._sock = None  # the exec's socket to the runner, once it is attached
         # Recorded before the daemon makes it: an exit at any moment from here on removes it (by name or owner label).
         register_sandbox(self, docker=True)
         try:
@@ -92,21 +94,24 @@ class DockerSandbox(RunnerClient):
                                       stdin=True, stdout=True, stderr=True, user="root",
                                       environment={"REPOGYM_AGENT_UID": str(AGENT_UID)})["Id"]
             stream = api.exec_start(exec_id, socket=True)
-        except Exception as exc:
+        except daemon_errors() as exc:  # the Docker daemon refused or failed the start: infrastructure
             self._remove()
             raise SandboxError("sandbox.docker.start", f"could not start a container from {self.image}: {exc}") from exc
-        self._sock: socket.socket = getattr(stream, "_sock", stream)
+        except BaseException:  # anything else (a bug of ours, an interrupt) goes on as it is, the container first removed
+            self._remove()
+            raise
+        self._sock: socket.socket = getattr(stream, "_sock", stream)  # the docker SDK's wrapper, or the socket itself
         self._stream = stream
         self._frames = b""  # raw multiplexed bytes not yet parsed
         self._lines = b""   # the runner's stdout not yet split into lines
         self._stderr = b""  # the last of the runner's stderr
         try:
             self.request("ping", wait=30)
-        except Exception as exc:  # nobody will hold this object: remove its container now
+        except BaseException as exc:  # nobody will hold this object: remove its container now, then let the error go on
             self.close()
-            if isinstance(exc, SandboxError):
-                raise
-            raise SandboxError("sandbox.docker.start", f"the runner in {self.name} did not start: {exc}") from exc
+            if isinstance(exc, SandboxRequestError):  # the runner answered, refusing a ping: it is not the runner we sent
+                raise SandboxError("sandbox.docker.start", f"the runner in {self.name} did not start: {exc}") from exc
+            raise
 
     # -- transport: docker multiplexes stdout/stderr in 8-byte-header frames ----------------------------
     def _send(self, data: bytes) -> None:
@@ -144,10 +149,16 @@ class DockerSandbox(RunnerClient):
             self.container.reload()
             state = self.container.attrs["State"]
             return f"container {state['Status']}, OOM killed: {state.get('OOMKilled')}"
-        except Exception as exc:
+        except daemon_errors() as exc:  # the Docker daemon: the container is gone, or the daemon with it
             return f"container gone: {exc}"
 
     def _outside_cause(self) -> str | None:
+        try:
+            return self._cause_in_docker()
+        except daemon_errors() as exc:  # the Docker daemon does not answer about the container
+            raise SandboxError("sandbox.docker", f"the Docker daemon does not answer about {self.name}: {exc}") from exc
+
+    def _cause_in_docker(self) -> str | None:
         # The agent cannot signal PID 1 or the root runner, pause or stop its container: a container paused,
         # killed or stopped through the API (docker's own events say so), or forgotten by a restarted daemon
         # (its events no longer know the container's start), is the infrastructure's. Anything else (the
@@ -182,25 +193,27 @@ class DockerSandbox(RunnerClient):
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def _shutdown(self) -> None:
-        for stream in (getattr(self, "_stream", None), getattr(self, "_sock", None)):
+        for stream in (self._stream, self._sock):
             try:
                 if stream is not None:
                     stream.close()
-            except OSError:
-                pass
+            except OSError as exc:  # the connection to the daemon broke already; the container is removed next
+                log.debug("closing the runner's stream of %s: %s", self.name, exc)
         self._remove()
 
     def _remove(self) -> None:
         """Remove the container (by name when its creation never returned); a failure is retried once, then
         left to the exit sweep and ``repogym gc``."""
+        import docker.errors
+
         for attempt in range(2):
             try:
-                container = getattr(self, "container", None) or self.client.containers.get(self.name)
+                container = self.container or self.client.containers.get(self.name)
                 container.remove(force=True)
                 break
-            except Exception as exc:
-                if type(exc).__name__ == "NotFound":
-                    break
-                if attempt:
-                    log.warning("could not remove container %s: %s", self.name, exc)
+            except docker.errors.NotFound:
+                break
+            except daemon_errors() as exc:  # the Docker daemon refused or failed: once more, then the sweep's and gc's
+                log.log(logging.WARNING if attempt else logging.INFO, "could not remove container %s (%s): %s",
+                        self.name, "left to the exit sweep and repogym gc" if attempt else "trying again", exc)
         unregister_sandbox(self)

@@ -22,6 +22,17 @@ def docker_client():
     try:
         client = docker.from_env(timeout=120)
         client.ping()
-    except Exception as exc:  # DockerException, connection refused, permission denied
+    except daemon_errors() as exc:  # the Docker daemon: not running, connection refused, permission denied
         raise SandboxUnavailable("sandbox.docker", f"no Docker daemon answers: {exc}") from None
     return client
+
+
+def daemon_errors() -> tuple[type[Exception], ...]:
+    """What the docker SDK raises when the Docker daemon or the connection to it fails (not for a bug of ours):
+    ``docker.errors.DockerException`` (``APIError``, ``NotFound``, ...) and ``OSError`` (requests' connection errors
+    and timeouts are among them). For ``except`` clauses at the daemon's boundary; without the SDK, ``OSError``."""
+    try:
+        import docker.errors
+    except ImportError:  # no SDK: nothing of it can have raised
+        return (OSError,)
+    return (docker.errors.DockerException, OSError)

@@ -33,10 +33,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Literal
 
-from repogym.envs.core.errors import ConfigError
+from repogym.envs.core.errors import ConfigError, SandboxUnavailable
 from repogym.envs.sandbox import cgroups
 from repogym.envs.sandbox.docker import LABEL
-from repogym.envs.sandbox.docker_client import docker_client
+from repogym.envs.sandbox.docker_client import daemon_errors, docker_client
 from repogym.envs.sandbox.owner import (HEARTBEAT_INTERVAL_S, MARKER_NAME, OWNER_LABEL, heartbeat_dir, owner_status,
                                 read_owner_marker)
 
@@ -224,14 +224,14 @@ def survey(run_id: str | None = None, older_than_s: float = 0.0,
     now = time.time()
     try:
         client = docker_client()
-    except Exception as exc:  # SandboxUnavailable: no SDK, no daemon
-        report.skipped["docker"] = getattr(exc, "message", None) or str(exc)
+    except SandboxUnavailable as exc:  # no SDK, no daemon
+        report.skipped["docker"] = exc.message
         client = None
     if client is not None:
         for kind, scan in (("container", _containers), ("volume", _volumes)):
             try:
                 report.leftovers += scan(client, run_id, older_than_s, stale_after_s, now)
-            except Exception as exc:  # the daemon went away or refused mid-way
+            except daemon_errors() as exc:  # the Docker daemon went away or refused mid-way
                 report.skipped[kind] = f"{type(exc).__name__}: {exc}"
     report.leftovers += _tempdirs(run_id, older_than_s, stale_after_s, now)
     if CGROUP_ROOT.is_dir():
@@ -264,12 +264,18 @@ def reap(run_id: str | None = None, older_than_s: float = 0.0, stale_after_s: fl
     if dry_run:
         return report
     for item in report.leftovers:
-        try:
-            item.remove()
-            item.removed = True
-        except Exception as exc:  # already gone, busy, permission: one failure must not stop the rest
-            item.error = f"{type(exc).__name__}: {exc}"
+        _remove(item)
     return report
+
+
+def _remove(item: Leftover) -> None:
+    """Remove one leftover; a failure is recorded on it (and logged), so one failure does not stop the rest."""
+    try:
+        item.remove()
+        item.removed = True
+    except daemon_errors() as exc:  # the Docker daemon (already gone, busy) or the file system (permission): outside
+        item.error = f"{type(exc).__name__}: {exc}"
+        log.info("gc could not remove %s %s: %s", item.kind, item.name, item.error)
 
 
 def reap_dead_owners_here(run_id: str | None = None) -> GcReport:
@@ -280,9 +286,5 @@ def reap_dead_owners_here(run_id: str | None = None) -> GcReport:
     report.leftovers = [item for item in report.leftovers
                         if item.kind in ("container", "volume", "tempdir") and item.reason.startswith("owner dead")]
     for item in report.leftovers:
-        try:
-            item.remove()
-            item.removed = True
-        except Exception as exc:
-            item.error = f"{type(exc).__name__}: {exc}"
+        _remove(item)
     return report

@@ -172,8 +172,8 @@ def ensure_env_image(setup: dict[str, Any] | None = None, *, log: Callable[[str]
     try:
         client.images.get(tag)
         return tag
-    except docker.errors.ImageNotFound:
-        pass
+    except docker.errors.ImageNotFound:  # not built yet: built below
+        log(f"{tag} is not built yet")
     files = {f"inside/{p.name}": p.read_bytes() for p in INSIDE_DIR.glob("*.py")}
     requirements = environment_requirements(setup)
     if requirements:

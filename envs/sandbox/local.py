@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import select
 import shutil
@@ -47,6 +48,8 @@ from repogym.envs.sandbox.cgroups import Cgroup, parse_bytes
 from repogym.envs.sandbox.cleanup import register_sandbox, unregister_sandbox
 from repogym.envs.sandbox.local_env import BASE_MOUNT, base_mounted, ensure_local_env
 from repogym.envs.sandbox.local_launch import HOST_UID
+
+log = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 INSIDE_MOUNT = "/.repogym"
@@ -71,8 +74,8 @@ def _rlimits_of(pid: int) -> dict[str, int | None]:
                 for label, key in names.items():
                     if line.startswith(label) and line.split()[len(label.split())].isdigit():
                         found[key] = int(line.split()[len(label.split())])
-    except OSError:
-        pass
+    except OSError as exc:  # bubblewrap exited meanwhile: nothing to report
+        log.debug("no rlimits of %d: %s", pid, exc)
     return found
 
 
@@ -288,8 +291,8 @@ class LocalSandbox(RunnerClient):
         for stream in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
             try:
                 stream.close()
-            except OSError:  # the runner died with bytes still buffered for it
-                pass
+            except OSError as exc:  # the runner died with bytes still buffered for it
+                log.debug("closing a pipe of sandbox %s: %s", self.name, exc)
         if self.cgroup is not None:
             self.cgroup.close()
         unregister_sandbox(self)

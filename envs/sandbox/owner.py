@@ -171,8 +171,8 @@ def owner_status(owner: str, stale_after_s: float) -> tuple[bool, str]:
     if owner:
         try:
             heartbeat_age = time.time() - heartbeat_path(owner).stat().st_mtime
-        except OSError:
-            pass
+        except OSError:  # this owner keeps no heartbeat (none there, or unreadable): only the pid can tell
+            heartbeat_age = None
     if heartbeat_age is not None and heartbeat_age < stale_after_s:
         return True, f"heartbeat {heartbeat_age:.0f} s old"
     if parsed is None:

@@ -39,7 +39,7 @@ from typing import Any, Callable
 from repogym.envs.core.errors import ConfigError, SandboxError
 from repogym.envs.sandbox.base import INSIDE_DIR, REPO_DIR, WRITABLE
 from repogym.envs.sandbox.docker import container_labels
-from repogym.envs.sandbox.docker_client import docker_client
+from repogym.envs.sandbox.docker_client import daemon_errors, docker_client
 
 PREBUILT_REPO = "repogym/prebuilt"
 ENV_PYTHONS = ("/opt/miniconda3/envs/testbed/bin/python", "/testbed/.venv/bin/python", "/root/.venv/bin/python")
@@ -125,8 +125,8 @@ def ensure_prebuilt_image(setup: dict[str, Any], *, log: Callable[[str], Any] = 
     tag = prebuilt_tag(source.id, workdir)
     try:
         return _described(tag, client.images.get(tag).labels)
-    except (docker.errors.ImageNotFound, KeyError):
-        pass
+    except (docker.errors.ImageNotFound, KeyError) as exc:  # not built yet, or without repogym's labels: built now
+        log(f"{tag} is not built ({type(exc).__name__}: {exc})")
     dockerfile, _ = prebuilt_dockerfile(name, workdir, _probe(client, name))
     log(f"building {tag} from {name}")
     from repogym.envs.sandbox.images import _build
@@ -146,7 +146,7 @@ def _probe(client, name: str) -> dict[str, str]:
         # Labelled like sandboxes, so `repogym gc` reaps the probe should this process die while it runs.
         out = client.containers.run(name, ["-c", _PROBE], entrypoint=["/bin/sh"], user="root", network_mode="none",
                                     remove=True, stdout=True, stderr=True, labels=container_labels("prebuilt-probe"))
-    except Exception as exc:
+    except daemon_errors() as exc:  # the Docker daemon, or the image's own /bin/sh failing
         raise SandboxError("sandbox.prebuilt", f"could not look inside {name} (it needs /bin/sh): {exc}") from exc
     found = dict(line.split("=", 1) for line in out.decode(errors="replace").splitlines() if "=" in line)
     if not found.get("env_python"):

@@ -59,7 +59,7 @@ import shlex
 import uuid
 from dataclasses import dataclass, field
 
-from repogym.envs.core.errors import SandboxRefused, SandboxRequestError, TestRunTimeout
+from repogym.envs.core.errors import SandboxRefused, TestRunTimeout
 from repogym.envs.core.registry import Registry
 from repogym.envs.sandbox.base import Sandbox
 
@@ -287,8 +287,8 @@ def _stage(sandbox: Sandbox, nonce: str, key: str, files: dict[str, str]) -> str
     them or made them read-only, so when none takes the run it is a :class:`SandboxRefused` (an observation,
     ``unresolved`` at grading), never an :class:`InfraError` a failing policy could ask for.
     """
-    inside = getattr(sandbox, "inside_dir", "/opt/repogym")
-    places = [(folder, False) for folder in [_runner_folder(sandbox, nonce)] if folder]
+    inside = sandbox.inside_dir
+    places = [(folder, False) for folder in [sandbox.staging_folder(nonce)] if folder]
     places += [(f"{parent}/.repogym-{nonce}", True) for parent in STAGING_FALLBACKS]
     refused = []
     for folder, make in places:
@@ -302,17 +302,6 @@ def _stage(sandbox: Sandbox, nonce: str, key: str, files: dict[str, str]) -> str
         refused.append(f"{folder.rsplit('/', 1)[0]}: {(staged.stderr.strip() or 'timed out')[-300:]}")
     raise SandboxRefused("sandbox.run_tests.stage", "the harness could not stage the test run in the sandbox ("
                          + "; ".join(refused) + "): free space or give write permission back in /tmp")
-
-
-def _runner_folder(sandbox: Sandbox, nonce: str) -> str | None:
-    """The folder the runner made for this run where the agent cannot write, or None (a runner without one)."""
-    request = getattr(sandbox, "request", None)
-    if request is None:
-        return None
-    try:
-        return request("stage", nonce=nonce).get("folder")
-    except SandboxRequestError:  # a runner that has no such place or could not make it: the fallbacks
-        return None
 
 
 def _read_file_report(output: str, raw: str, nonce: str) -> TestRun:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import configparser
+import logging
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 TEST_DIRS = ("tests", "test", "testing")
 
@@ -48,8 +51,8 @@ def declared_requirements(root: Path) -> list[str]:
             deps = tomllib.loads(pyproject.read_text()).get("project", {}).get("dependencies")
             if deps is not None:
                 return [d for d in deps if _applies(d)]
-        except tomllib.TOMLDecodeError:
-            pass
+        except tomllib.TOMLDecodeError as exc:  # the source project's own file: then setup.cfg is asked
+            log.warning("%s is not valid TOML (%s): its dependencies are not read", pyproject, exc)
     setup_cfg = root / "setup.cfg"
     if setup_cfg.is_file():
         parser = configparser.ConfigParser(interpolation=None)
@@ -57,8 +60,8 @@ def declared_requirements(root: Path) -> list[str]:
             parser.read_string(setup_cfg.read_text())
             raw = parser.get("options", "install_requires", fallback="")
             return [line.strip() for line in raw.splitlines() if line.strip() and _applies(line)]
-        except configparser.Error:
-            pass
+        except configparser.Error as exc:  # the source project's own file
+            log.warning("%s cannot be parsed (%s): its dependencies are not read", setup_cfg, exc)
     return []
 
 

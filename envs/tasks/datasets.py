@@ -202,13 +202,14 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
 
 def _parquet_rows(path: Path) -> tuple[Iterator[tuple[int, Any]], int]:
     try:
+        import pyarrow
         import pyarrow.parquet as pq
     except ImportError:
         raise ConfigError(f"reading {path.name} needs pyarrow, which is not installed: "
                           "pip install 'repogym[datasets]'") from None
     try:
         parquet = pq.ParquetFile(path)
-    except Exception as exc:  # pyarrow raises several types (ArrowInvalid, OSError) for a bad file
+    except (pyarrow.ArrowException, OSError) as exc:  # the file: not parquet (ArrowInvalid), unreadable (OSError)
         raise TaskFileError(str(path), None, None, f"not a readable parquet file: {exc}") from None
 
     def rows() -> Iterator[tuple[int, Any]]:
