@@ -19,9 +19,11 @@ import yaml
 from repogym.agents.hf import HFAgentConfig
 from repogym.envs.core.errors import ConfigError
 from repogym.envs.repo_env import EnvConfig
+from repogym.trainer.algorithms import check_options
 from repogym.trainer.branching import BranchingConfig
 from repogym.trainer.curriculum import CurriculumConfig
 from repogym.trainer.fleet import FLEETS, POLICY_TOKENIZER
+from repogym.trainer.inference.weights import WEIGHT_MOVERS, InferenceConfig
 from repogym.trainer.learner import LearnerConfig
 from repogym.trainer.tiny import TinyModelConfig
 
@@ -58,23 +60,6 @@ class SFTSection:
     """More option sets for ``agent``: one trajectory per task is collected with each (say, two oracle styles)."""
     trajectories: str | None = None
     """A glob of trajectory files to learn from instead of collecting (resolved episodes only)."""
-
-
-@dataclass
-class InferenceConfig:
-    """Where rollouts are generated."""
-
-    engine: str = "hf"
-    """``hf`` (transformers generate inside each rollout worker) or ``vllm`` (GPU engines as Ray actors)."""
-    num_engines: int = 1
-    """vLLM engine actors (each on ``tensor_parallel_size`` GPUs); workers share them round-robin."""
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.85
-    dtype: str = "bfloat16"
-    gpus_per_engine: float = 1.0
-    """Ray GPU share each engine actor holds (tensor_parallel_size 1). Below 1 lets it share a device on purpose
-    (one GPU: 0.5 here and ``learner.gpus_per_rank: 0.5``, with ``gpu_memory_utilization`` leaving the learner
-    room); Ray then never places anything else there by accident."""
 
 
 @dataclass
@@ -137,6 +122,10 @@ class LoopConfig:
     mask_truncated: bool = True
     """Compact filtering (DeepSWE): an episode that ran out of context (``context_overflow``) keeps its reward in
     its group's statistics but is left out of the loss, as is any sequence longer than the model's context."""
+    max_internal_error_rate: float = 0.01
+    """The run stops (an ``InternalError``) once episodes that ended in ``internal_error`` (a bug of repogym's,
+    logged with its traceback) are more than this share of the episodes finished so far; counted in
+    ``charts/internal_errors``. 1 never stops; 0 stops at the first."""
 
 
 @dataclass
@@ -183,15 +172,19 @@ class TrainConfig:
                               f"{', '.join(FLEETS.names())}")
         if self.fleet.mode not in ("sync", "async"):
             raise ConfigError(f"fleet.mode must be 'sync' or 'async', got {self.fleet.mode!r}")
-        if self.inference.engine not in ("hf", "vllm"):
-            raise ConfigError(f"inference.engine must be 'hf' or 'vllm', got {self.inference.engine!r}")
-        if self.inference.engine == "vllm" and self.fleet.backend != "ray":
-            raise ConfigError("inference.engine vllm runs engines as Ray actors: set fleet.backend: ray")
+        if self.inference.engine not in WEIGHT_MOVERS:
+            raise ConfigError(f"inference.engine: unknown inference engine {self.inference.engine!r}: expected one of "
+                              f"{', '.join(WEIGHT_MOVERS.names())}")
+        if WEIGHT_MOVERS.resolve(self.inference.engine).engine_actors and self.fleet.backend != "ray":
+            raise ConfigError(f"inference.engine {self.inference.engine} runs engines as Ray actors: set "
+                              f"fleet.backend: ray")
         if self.train.control not in CONTROLS:
             raise ConfigError(f"train.control must be one of {', '.join(CONTROLS)}, got {self.train.control!r}")
         if self.train.control == "sft_continue" and self.sft.steps <= 0 and not self.model.path:
             raise ConfigError("train.control sft_continue continues an SFT warm start: set sft.steps > 0, or "
                               "model.path to a warm-started model")
+        if not 0 <= self.train.max_internal_error_rate <= 1:
+            raise ConfigError(f"train.max_internal_error_rate must be in [0, 1], got {self.train.max_internal_error_rate}")
         if self.train.eval_tasks is not None and self.train.eval_tasks < 1:
             raise ConfigError(f"train.eval_tasks must be >= 1 (or null: every training task), got {self.train.eval_tasks}")
         if self.learner.world_size < 1:
@@ -202,6 +195,9 @@ class TrainConfig:
             raise ConfigError("learner.world_size > 1 runs the learner's ranks as Ray actors: set fleet.backend: ray")
         if self.fleet.workers < 1 or self.fleet.envs_per_worker < 1:
             raise ConfigError("fleet.workers and fleet.envs_per_worker must be >= 1")
+        check_options(self.algorithm.name, self.algorithm.options)  # a typo is caught before a model is built
+        if self.algorithm.name == "sft":
+            raise ConfigError("algorithm sft is the warm start: set sft.steps and an RL algorithm (grpo, ppo)")
         if self.branching.enabled and self.algorithm.name != "grpo":
             raise ConfigError(f"branching compares the continuations of a branch point with GRPO's advantages: set "
                               f"algorithm.name: grpo (got {self.algorithm.name!r}) or branching.at: off")

@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.distributed as dist
@@ -77,6 +77,45 @@ class LearnerConfig:
     seed: int = 0
 
 
+@runtime_checkable
+class PolicyLearner(Protocol):
+    """What the trainer needs of a learner: :class:`Learner` (this process) or
+    :class:`~repogym.trainer.learner_group.LearnerGroup` (FSDP2 ranks as Ray actors) alike."""
+
+    device: torch.device | str
+    """Where the policy's weights are (rank 0's, over several ranks)."""
+    sync_host: str | None
+    """The node :meth:`send_weights` sends from (None: this one)."""
+
+    def train_step(self, samples: list[Sample], algorithm: Algorithm) -> dict[str, float]:
+        """One update of ``algorithm`` on ``samples``; the ``losses/`` metrics."""
+
+    def set_lr(self, lr: float | None) -> float:
+        """Set the learning rate (None: the configured one); returns the previous one."""
+
+    def finish_warm_start(self) -> None:
+        """After SFT, before RL: fresh optimiser moments, the KL reference becomes the current policy."""
+
+    def policy_state(self) -> dict[str, torch.Tensor]:
+        """The full policy weights on CPU in fp32 (for in-process engines)."""
+
+    def send_weights(self, group: Any, version: int) -> dict[str, float]:
+        """Stream the full weights as rank 0 of ``group`` (a
+        :class:`~repogym.trainer.inference.weight_sync.SyncGroup`); the ``weight_sync/`` metrics."""
+
+    def export(self, out_dir: Any, tokenizer: Any = None) -> None:
+        """Save the policy as a model folder (with ``tokenizer``)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+
+    def close(self) -> None:
+        """Release what the learner holds outside this object (ranks, connections)."""
+
+
 class Learner:
     """Owns the trainable model and its optimiser (and, for KL, a frozen reference copy)."""
 
@@ -126,6 +165,7 @@ class Learner:
         self.reset_optimizer()
         self.pad_id = pad_id
         self.steps = 0
+        self._sender = None  # the weight-sync connection, made on the first send_weights
 
     def _compute(self):
         """bf16 autocast on one process (FSDP2's mixed-precision policy does it over several)."""
@@ -211,7 +251,7 @@ class Learner:
         epochs = algorithm.epochs
         chunks = micro_batches(samples, self.config.micro_batch_size, self.config.max_tokens_per_micro_batch)
         batches = [collate(c, self.pad_id, self.device) for c in chunks]
-        denominator = normalizer([b.loss_mask for b in batches], algorithm.loss_agg, getattr(algorithm, "agg_length", None))
+        denominator = normalizer([b.loss_mask for b in batches], algorithm.loss_agg, algorithm.agg_length)
         totals: dict[str, float] = {}
         if algorithm.needs_old_pass:
             totals.update(self._old_pass(batches, algorithm))
@@ -269,10 +309,23 @@ class Learner:
     sync_host: str | None = None
     """Where :meth:`send_weights` sends from (None: this node)."""
 
-    def send_weights(self, sync, version: int) -> dict[str, float]:
-        """Stream the weights to the inference engines over ``sync`` (an
-        :class:`~repogym.trainer.inference.EngineSync`); the ``weight_sync/`` metrics."""
-        return sync.sync(self.named_weights(), version)
+    def send_weights(self, group, version: int) -> dict[str, float]:
+        """Stream the full weights in bf16 buckets as rank 0 of ``group`` (a
+        :class:`~repogym.trainer.inference.weight_sync.SyncGroup`; NCCL from this device, gloo from CPU); the
+        ``weight_sync/`` metrics. The connection is kept while the group stays the same. Over several ranks every
+        rank must call it (each tensor is gathered as it is reached); only rank 0 sends, the others return {}."""
+        named = self.named_weights()
+        if self.rank != 0:
+            for _ in named:
+                pass
+            return {}
+        from repogym.trainer.inference.weight_sync import WeightSender
+
+        if self._sender is None or self._sender.group != group:
+            if self._sender is not None:
+                self._sender.close()  # the engines were replaced: a new group
+            self._sender = WeightSender(group, device=self.device if group.backend == "nccl" else "cpu")
+        return self._sender.send(named)
 
     def policy_state(self) -> dict[str, torch.Tensor]:
         """The full policy weights on CPU in fp32 (LoRA merged in), for in-process engines."""
@@ -291,7 +344,11 @@ class Learner:
             tokenizer.save_pretrained(out_dir)
 
     def close(self) -> None:
-        """Nothing to release in this process (a :class:`~repogym.trainer.learner_group.LearnerGroup` stops its ranks)."""
+        """Drop the weight-sync connection, if any (a :class:`~repogym.trainer.learner_group.LearnerGroup` stops
+        its ranks)."""
+        if self._sender is not None:
+            self._sender.close()
+            self._sender = None
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed run needs: weights, optimiser, extra parameters, step count (over several ranks:

@@ -3,8 +3,12 @@
 Each rank is a Ray actor holding one GPU (CPU and gloo where there is none), so the learner's devices are
 Ray resources and no inference engine is placed on them. The ranks sit in one placement group (packed on as
 few nodes as possible) and join a default process group at rank 0's address. Every call goes to all ranks
-(FSDP's collectives need each of them); results come from rank 0. :class:`LearnerGroup` has the interface the
-trainer uses of a :class:`~repogym.trainer.learner.Learner`.
+(FSDP's collectives need each of them); results come from rank 0. :class:`LearnerGroup` is a
+:class:`~repogym.trainer.learner.PolicyLearner`, as :class:`~repogym.trainer.learner.Learner` is.
+
+The algorithm is built once, by the trainer, and handed to every rank at setup: each rank trains its own copy (its
+parameters, PPO's value head, are trained beside the rank's policy shard). Any other algorithm given to
+``train_step`` (the SFT warm start's) must have no parameters of its own, and travels with the step.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from repogym.trainer.algorithms.base import Algorithm
 from repogym.trainer.algorithms.common import Sample
 from repogym.trainer.learner import Learner, LearnerConfig
 
@@ -22,7 +27,7 @@ class LearnerRank:
     def __init__(self, rank: int, world: int):
         self.rank, self.world = rank, world
         self.learner: Learner | None = None
-        self._sender = None
+        self.algorithm: Algorithm | None = None
 
     def address(self) -> tuple[str, int]:
         """This actor's node address and a free port there (rank 0's become the process group's rendezvous)."""
@@ -32,14 +37,13 @@ class LearnerRank:
 
         return ray.util.get_node_ip_address(), free_port()
 
-    def setup(self, host: str, port: int, model_path: str, config: LearnerConfig, algorithm: str,
-              options: dict[str, Any], pad_id: int, reference: bool) -> int:
-        """Join the process group, load the model in fp32 and shard it; returns the rank."""
+    def setup(self, host: str, port: int, model_path: str, config: LearnerConfig, algorithm: Algorithm,
+              pad_id: int, reference: bool) -> int:
+        """Join the process group, load the model in fp32 and shard it; ``algorithm`` (this rank's copy of the
+        trainer's) is the one :meth:`train_step` uses. Returns the rank."""
         import torch
         import torch.distributed as dist
         from transformers import AutoModelForCausalLM
-
-        from repogym.trainer.algorithms import make_algorithm
 
         os.environ.update(MASTER_ADDR=host, MASTER_PORT=str(port))
         cuda = torch.cuda.is_available() and config.device != "cpu"
@@ -49,48 +53,33 @@ class LearnerRank:
             torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
         dist.init_process_group("nccl" if cuda else "gloo", rank=self.rank, world_size=self.world)
         model = AutoModelForCausalLM.from_pretrained(model_path, local_files_only=True, dtype=torch.float32)
-        self.algorithm = make_algorithm(algorithm, options, model.config.hidden_size)
-        self.learner = Learner(model, config, pad_id, list(self.algorithm.parameters()), reference=reference)
+        self.algorithm = algorithm
+        self.learner = Learner(model, config, pad_id, list(algorithm.parameters()), reference=reference)
         return self.rank
 
-    def train_step(self, samples: list[Sample], sft_options: dict[str, Any] | None = None) -> dict[str, float]:
-        if sft_options is not None:
-            from repogym.trainer.algorithms.sft import SFT, SFTConfig
-
-            return self.learner.train_step(samples, SFT(SFTConfig(**sft_options)))
-        return self.learner.train_step(samples, self.algorithm)
+    def train_step(self, samples: list[Sample], algorithm: Algorithm | None = None) -> dict[str, float]:
+        """One update with this rank's algorithm, or with ``algorithm`` (one without parameters of its own)."""
+        return self.learner.train_step(samples, self.algorithm if algorithm is None else algorithm)
 
     def call(self, method: str, *args: Any) -> Any:
         """A learner method on this rank; only rank 0's result is kept (the others' are None)."""
         result = getattr(self.learner, method)(*args)
         return result if self.rank == 0 else None
 
-    def send_weights(self, group, version: int) -> dict[str, float]:
-        """Rank 0 streams the gathered weights to the engines' sync group; the others help gather each tensor."""
-        named = self.learner.named_weights()
-        if self.rank != 0:
-            for _ in named:
-                pass
-            return {}
-        from repogym.trainer.inference.weight_sync import WeightSender
-
-        if self._sender is None or self._sender.group != group:
-            if self._sender is not None:
-                self._sender.close()  # the engines were replaced: a new group
-            self._sender = WeightSender(group, device=str(self.learner.device) if group.backend == "nccl" else "cpu")
-        return self._sender.send(named)
-
     def shutdown(self) -> None:
         import torch.distributed as dist
 
+        if self.learner is not None:
+            self.learner.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
 class LearnerGroup:
-    """``world_size`` :class:`LearnerRank` actors behind the :class:`Learner` interface the trainer uses."""
+    """``world_size`` :class:`LearnerRank` actors behind the
+    :class:`~repogym.trainer.learner.PolicyLearner` protocol."""
 
-    def __init__(self, model_path: str, config: LearnerConfig, algorithm: str, options: dict[str, Any], pad_id: int,
+    def __init__(self, model_path: str, config: LearnerConfig, algorithm: Algorithm, pad_id: int,
                  reference: bool, num_cpus_per_rank: float = 1.0):
         import ray
         import torch
@@ -112,9 +101,8 @@ class LearnerGroup:
         host, port = ray.get(self.ranks[0].address.remote())
         self.sync_host = host  # rank 0 sends the weights to the engines
         self.device = "cuda" if gpu else "cpu"
-        ray.get([a.setup.remote(host, port, model_path, config, algorithm, options, pad_id, reference)
-                 for a in self.ranks])
-        self.reference = True if reference else None  # the trainer only asks whether there is one
+        self.algorithm = algorithm
+        ray.get([a.setup.remote(host, port, model_path, config, algorithm, pad_id, reference) for a in self.ranks])
 
     def _all(self, method: str, *args: Any) -> Any:
         return self._ray.get([getattr(a, method).remote(*args) for a in self.ranks])[0]
@@ -122,25 +110,26 @@ class LearnerGroup:
     def _call(self, method: str, *args: Any) -> Any:
         return self._all("call", method, *args)
 
-    def train_step(self, samples: list[Sample], algorithm) -> dict[str, float]:
-        """One update on every rank; ``algorithm`` is the trainer's copy: the ranks use their own (built from the
-        same name and options), except for SFT, whose settings are passed along."""
+    def train_step(self, samples: list[Sample], algorithm: Algorithm) -> dict[str, float]:
+        """One update on every rank. The algorithm the group was built with: each rank trains its own copy of it.
+        Any other (the SFT warm start's) travels with the step, and must have no parameters of its own (the
+        ranks' optimisers would not hold them)."""
         ref = self._ray.put(samples)
-        sft = None
-        if algorithm.name == "sft":
-            import dataclasses
+        if algorithm is self.algorithm:
+            return self._all("train_step", ref)
+        if list(algorithm.parameters()):
+            raise ValueError(f"LearnerGroup.train_step: algorithm {algorithm.name!r} has parameters of its own; "
+                             f"only the group's algorithm ({self.algorithm.name!r}) may")
+        return self._all("train_step", ref, algorithm)
 
-            sft = dataclasses.asdict(algorithm.config)
-        return self._all("train_step", ref, sft)
-
-    def send_weights(self, sync, version: int) -> dict[str, float]:
-        """Rank 0 streams the gathered weights to the engines of ``sync`` (an ``EngineSync``)."""
-        return sync.sync_with(lambda group: self._all("send_weights", group, version), version)
+    def send_weights(self, group, version: int) -> dict[str, float]:
+        """Rank 0 streams the gathered weights to ``group``; the others help gather each tensor."""
+        return self._all("call", "send_weights", group, version)
 
     def policy_state(self):
         return self._call("policy_state")
 
-    def set_lr(self, lr: float | None) -> list[float]:
+    def set_lr(self, lr: float | None) -> float:
         return self._call("set_lr", lr)
 
     def finish_warm_start(self) -> None:

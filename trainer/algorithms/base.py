@@ -10,7 +10,7 @@ on every micro-batch and one optimiser step.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -35,6 +35,10 @@ class Algorithm(Protocol):
     @property
     def loss_agg(self) -> str:
         """``token`` or ``sequence``: how the loss is aggregated (and so the batch's denominator)."""
+
+    @property
+    def agg_length(self) -> int | None:
+        """The constant length of ``constant`` aggregation (Dr. GRPO); None where the algorithm has no such mode."""
 
     @property
     def epochs(self) -> int:
@@ -74,4 +78,14 @@ class Algorithm(Protocol):
         ``needs_reference``; ``hidden`` the last hidden states [B, T, H], when ``needs_hidden``."""
 
 
-__all__ = ["Algorithm"]
+class AlgorithmClass(Protocol):
+    """An algorithm's class as the registry holds it: the dataclass of its options, and how it is built."""
+
+    config_type: type
+    """The dataclass whose fields are the algorithm's options (``algorithm.options``)."""
+
+    def from_options(self, options: dict[str, Any], hidden_size: int | None = None) -> Algorithm:
+        """The algorithm with ``config_type(**options)``; ``hidden_size`` is the model's (PPO's value head)."""
+
+
+__all__ = ["Algorithm", "AlgorithmClass"]

@@ -94,6 +94,7 @@ class GRPO:
     """Advantages per group, then the clipped token-level surrogate."""
 
     name = "grpo"
+    config_type = GRPOConfig
     needs_hidden = False
 
     def __init__(self, config: GRPOConfig):

@@ -132,6 +132,7 @@ class PPO:
     """Value head + GAE advantages + clipped surrogate."""
 
     name = "ppo"
+    config_type = PPOConfig
     needs_hidden = True
 
     def __init__(self, config: PPOConfig, hidden_size: int):
@@ -153,6 +154,8 @@ class PPO:
     group_size = property(lambda self: self.config.group_size)
     temperature = property(lambda self: self.config.temperature)
     loss_agg = property(lambda self: self.config.loss_agg)
+    agg_length = None
+    """No ``constant`` aggregation."""
     epochs = property(lambda self: self.config.epochs)
     needs_reference = property(lambda self: self.config.kl_coef > 0)
     needs_old_pass = True

@@ -36,6 +36,7 @@ class SFT:
     """Cross-entropy on mask-1 tokens."""
 
     name = "sft"
+    config_type = SFTConfig
     group_size = 1
     """No groups: every sequence is learnt on its own."""
     temperature = 1.0
@@ -55,6 +56,8 @@ class SFT:
         return cls(SFTConfig(**options))
 
     loss_agg = property(lambda self: self.config.loss_agg)
+    agg_length = None
+    """No ``constant`` aggregation."""
 
     def parameters(self) -> list[torch.nn.Parameter]:
         """None of its own: SFT trains the policy only."""

@@ -2,18 +2,17 @@
 
 ``hf`` is transformers ``generate`` (CPU, or one GPU), in-process in each rollout worker. ``vllm`` is vLLM's
 async engine (GPU, or vLLM's CPU build), run as Ray actors that rollout workers share. Both implement
-:class:`repogym.agents.policy.Engine`.
+:class:`repogym.agents.policy.Engine`. Who brings them the learner's weights is one object per engine kind
+(:mod:`repogym.trainer.inference.weights`).
 
 After each update the learner's weights go to the vLLM actors through :class:`EngineSync`: one
 :class:`~repogym.trainer.inference.weight_sync.SyncGroup` (rank 0 the sender, then every tensor-parallel
-rank of every engine), made on the first sync and kept; each sync is a bucketed broadcast. ``push_weights``
-(the whole state dict through Ray and vLLM's RPC) remains for small models.
+rank of every engine), made on the first sync and kept; each sync is a bucketed broadcast.
 """
-
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from repogym.agents.policy import Completion, SamplingParams
 from repogym.envs.core.errors import InfraError
@@ -31,7 +30,7 @@ def make_engine(name: str, **kwargs: Any):
 
 
 class RayEngineClient:
-    """The :class:`~agents.policy.Engine` protocol over a Ray actor handle of an engine.
+    """The :class:`~repogym.agents.policy.Engine` protocol over a Ray actor handle of an engine.
 
     Each call blocks on the actor; many rollout workers may share one engine actor (a threaded actor with
     ``max_concurrency`` > 1; vLLM batches their requests continuously). A call that gets no answer within
@@ -90,20 +89,20 @@ class EngineSync:
     """Weight sync from a sender (rank 0) to vLLM engine actors over one kept :class:`SyncGroup`.
 
     The group is made on first use: its world size is 1 + the engines' ranks (each engine's ``num_ranks()``).
-    The sender must run on ``host`` (default: this node), either here (:meth:`sync`, which makes and keeps a
-    :class:`~repogym.trainer.inference.weight_sync.WeightSender`) or elsewhere, e.g. a learner rank actor
-    (:meth:`sync_with`, given a function that sends to the group). The handles are fixed: after an engine is
-    replaced, make a new ``EngineSync``.
+    This side starts the engines' receives; the sender, rank 0, is whoever holds the weights (the learner, or its
+    rank 0 actor: :meth:`sync_with` is given the function that sends), on ``host`` (default: this node). The
+    sender keeps its connection while the group is the same. The handles are fixed: after an engine is replaced,
+    make a new ``EngineSync`` (a new group).
     """
 
     def __init__(self, handles: list, *, backend: str | None = None, host: str | None = None, port: int | None = None,
-                 device: str = "cpu", bucket_bytes: int = 256 << 20, timeout_s: float = 600):
+                 device: str = "cpu", timeout_s: float = 600):
         self.handles = list(handles)
         self.backend, self.host, self.port = backend, host, port
-        self.device, self.bucket_bytes, self.timeout_s = device, bucket_bytes, timeout_s
+        self.device, self.timeout_s = device, timeout_s
+        """``device``: where the sender's tensors are (``cuda...``: an NCCL group, else gloo)."""
         self._group = None
         self._first_ranks: list[int] = []
-        self._sender = None
 
     @property
     def group(self):
@@ -132,45 +131,5 @@ class EngineSync:
         metrics["weight_sync/tensors"] = float(min(counts)) if counts else 0.0
         return metrics
 
-    def close(self) -> None:
-        """Drop this process's connection to the group (a new ``EngineSync`` makes a new group)."""
-        if self._sender is not None:
-            self._sender.close()
-            self._sender = None
 
-    def sync(self, named_weights: Iterable[tuple[str, Any]], version: int, dtype=None) -> dict[str, float]:
-        """Send ``named_weights`` (full tensors, consumed lazily) from this process to every engine."""
-        import torch
-
-        from repogym.trainer.inference.weight_sync import WeightSender
-
-        def send(group) -> dict[str, float]:
-            if self._sender is None:
-                self._sender = WeightSender(group, self.device, self.bucket_bytes, self.timeout_s)
-            return self._sender.send(named_weights, dtype or torch.bfloat16)
-
-        return self.sync_with(send, version)
-
-
-def sync_weights(handles: list, named_weights: Iterable[tuple[str, Any]], version: int,
-                 sync: EngineSync | None = None) -> dict[str, float]:
-    """Send new weights to engine actors over ``sync`` (kept by the caller: its connections are reused); without
-    one a group is made for this sync alone. Returns the ``weight_sync/`` metrics."""
-    if not handles:
-        return {}
-    sync = sync if sync is not None else EngineSync(handles)
-    return sync.sync(named_weights, version)
-
-
-def push_weights(handles: list, state_dict: dict[str, Any], version: int) -> None:
-    """Send a whole state dict to engine actors (one copy in the Ray object store, shared) and wait for all.
-    For small models; :func:`sync_weights` streams large ones."""
-    if not handles:
-        return
-    import ray
-
-    ref = ray.put(state_dict)
-    ray.get([h.update_weights.remote(ref, version) for h in handles])
-
-
-__all__ = ["ENGINES", "EngineSync", "RayEngineClient", "make_engine", "push_weights", "sync_weights"]
+__all__ = ["ENGINES", "EngineSync", "RayEngineClient", "make_engine"]
