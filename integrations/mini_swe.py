@@ -20,7 +20,9 @@ version), however mini-swe-agent renders its prompts; where a prompt does not ex
 completion, a new context starts (``TokenSequence.contexts()``: the learner trains each as its own sequence with
 the episode's reward, as for repogym's own context policies). The reward is repogym's (hidden tests in a pristine
 sandbox). A prompt over the context ends the episode as ``context_overflow`` (reward 0, not graded, kept for
-training); an unreachable or failing proxy, or a repogym infrastructure failure, as ``infra_error`` (NaN reward).
+training); an unreachable or failing proxy, or a repogym infrastructure failure, as ``infra_error`` (NaN reward); a
+bug of repogym's (in the environment or the proxy; logged and counted by :mod:`repogym.envs.core.bugs`) as
+``internal_error`` (NaN reward, excluded).
 Not guaranteed: one trajectory step per model call, not per command (a call that ran several commands has one
 step with their observations joined; a call mini-swe-agent rejected as a format error has an empty
 observation); mini-swe-agent's own retries (up to ``MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT``, default 10, with
@@ -44,6 +46,7 @@ from repogym.agents.trajectory import TRAJECTORY_FORMAT, Trajectory, TrajectoryW
 from repogym.envs.core.errors import ConfigError, InfraError
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
 from repogym.envs.core.status import Status
+from repogym.integrations.outcomes import internal_error_of
 from repogym.integrations.proxy import CONTEXT_OVERFLOW, ChatProxy
 
 INSTALL_HINT = 'pip install "repogym[integrations]"'
@@ -131,25 +134,31 @@ class RepoGymEnvironment:
     """
 
     def __init__(self, env: RepoTaskEnv, *, timeout: float | None = None, calls: Callable[[], int] | None = None):
-        if getattr(env, "task", None) is None:
+        if env.task is None:
             raise ConfigError("RepoGymEnvironment needs an environment with an episode in progress: reset it first")
         self.env = env
-        self.config = EnvironmentConfig(env.task.instance_id, getattr(env.ctx, "repo_dir", "/repo"), timeout)
+        self.config = EnvironmentConfig(env.task.instance_id, env.ctx.repo_dir, timeout)
         self.calls = calls or (lambda: 0)
         self.steps: list[dict[str, Any]] = []
         """Every ``env.step`` made: command, observation, reward, flags, info, and the model call (0-based) it served."""
         self.final: dict[str, Any] | None = None
         """The last step's info once repogym ended the episode (it holds ``eval``)."""
         self.reward = 0.0
+        self.internal_error: dict[str, str] | None = None
+        """A bug of repogym's that a step met (:func:`~repogym.integrations.outcomes.internal_error_of`): it ends
+        the run, and the episode is ``internal_error``."""
 
     @property
     def done(self) -> bool:
-        return self.final is not None
+        return self.final is not None or self.internal_error is not None
 
     def _step(self, action: dict[str, Any], command: str | None) -> tuple[str, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(json.dumps(action))
         self.steps.append({"call": self.calls() - 1, "command": command, "observation": obs, "reward": reward,
                            "terminated": terminated, "truncated": truncated, "info": info})
+        bug = internal_error_of(info)
+        if bug is not None:  # the env caught a bug of ours: nothing after it says anything of the policy
+            self.internal_error = bug
         if terminated or truncated:
             self.final, self.reward = info, reward
         return obs, info
@@ -174,15 +183,16 @@ class RepoGymEnvironment:
             if not self.done:
                 self.submit()
             raise Submitted(self._exit("Submitted"))
-        if self.done:  # repogym ended it: the turn limit, a budget, an infrastructure failure
+        if self.done:  # repogym ended it: the turn limit, a budget, an infrastructure failure, a bug of ours
             raise LimitsExceeded(self._exit("RepogymEpisodeEnded"))
         return output
 
     def submit(self) -> dict[str, Any]:
-        """Submit the diff to repogym's grader (once); the final info, with ``eval``."""
+        """Submit the diff to repogym's grader (once); the final info, with ``eval``. Not after a bug of ours
+        (:attr:`internal_error`): the last step's info then."""
         if not self.done:
             self._step({"name": "submit", "arguments": {}}, None)
-        return self.final
+        return self.final if self.final is not None else self.steps[-1]["info"]
 
     def _exit(self, status: str) -> dict[str, Any]:
         summary = (self.final or {}).get("eval", {}).get("status", "")
@@ -239,15 +249,21 @@ def run_mini_swe_episode(proxy: ChatProxy, task_id: str | None = None, *, config
         error: dict[str, Any] | None = None
         try:
             exit_info = agent.run(task.problem_statement.strip())
-        except Exception as exc:
+        except Exception as exc:  # mini-swe-agent ends its run by raising what its model call raised: litellm's error
+            # for the proxy's 400 (an overflow) or 500 (a model server down: outside), or a network error. Those are
+            # outcomes; anything else (a bug of ours or of the harness's) is raised on.
             exit_info = {"exit_status": type(exc).__name__}
             recorded = proxy.episode(episode_id)
-            if recorded.status != CONTEXT_OVERFLOW and not _infrastructure(exc):
-                raise  # a bug (ours or the harness's), not an outcome
+            if recorded.status != CONTEXT_OVERFLOW and recorded.internal_error is None and not _infrastructure(exc):
+                raise
             error = {"where": "proxy" if recorded.status != CONTEXT_OVERFLOW else "agent.context",
                      "message": f"{type(exc).__name__}: {exc}"[:2000]}
         recorded = proxy.pop(episode_id)
-        if recorded.status == CONTEXT_OVERFLOW:
+        internal = recorded.internal_error or environment.internal_error
+        if internal is not None:  # a bug of ours (reported where it was met): excluded, never a reward
+            status, reward, record = (Status.INTERNAL_ERROR, float("nan"),
+                                      {"status": Status.INTERNAL_ERROR, "error": internal})
+        elif recorded.status == CONTEXT_OVERFLOW:
             status, reward = Status.CONTEXT_OVERFLOW, 0.0
             record = {"status": status, "error": {"where": "agent.context", "message": json.dumps(recorded.overflow)}}
         elif error is not None:
@@ -255,7 +271,8 @@ def run_mini_swe_episode(proxy: ChatProxy, task_id: str | None = None, *, config
         else:
             final = environment.submit()  # graded as it is when the agent stopped without submitting
             record = final.get("eval", {})
-            status, reward = record.get("status", "unknown"), environment.reward
+            status = record.get("status", "unknown")
+            reward = float("nan") if status == Status.INTERNAL_ERROR else environment.reward
         trajectory = _trajectory(task.instance_id, seed, obs, episode_id, exit_info, recorded, environment,
                                  status, reward, record)
         if c.trajectory_dir:

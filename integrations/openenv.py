@@ -32,7 +32,12 @@ Guaranteed: ``/ws`` is the only route that opens a session, so ``max_sessions`` 
 never share a sandbox; an action is the tool call a ``RepoTaskEnv`` takes (text or ``{"name", "arguments"}``)
 and a bad one is the env's ``error (<kind>): ...`` observation; a message the server cannot read is an error
 reply on the same socket (``INVALID_JSON``, ``VALIDATION_ERROR``), and the session goes on; a refusal leaves
-the server serving. Not guaranteed: the token is a shared secret sent in clear over ``http://`` (put TLS in
+the server serving. A reset or step that fails is OpenEnv's ``EXECUTION_ERROR`` reply with a message, and the
+session goes on: a bad reset option or task id names what was expected, an infrastructure failure where it
+happened, and a bug of repogym's says it is one (``[integrations.openenv.step] internal error ...``; reported
+through :func:`repogym.envs.core.bugs.report_bug`). An episode that ends on an infrastructure failure, or on a
+bug of ours the env caught (:mod:`repogym.integrations.outcomes`), is ``done`` with ``eval_status``
+``infra_error`` or ``internal_error``, ``reward`` null (NaN) and ``info.exclude`` set. Not guaranteed: the token is a shared secret sent in clear over ``http://`` (put TLS in
 front of a server others can reach); the ``Host`` header is not checked (the routes a browser can reach without
 an ``Origin`` header, same-origin GETs, only read the schema and metadata); reaping is OpenEnv's: a session
 idle past ``idle_timeout_s`` is closed at the reaper's next pass (it wakes every ``max(idle_timeout_s / 4, 5)``
@@ -58,8 +63,10 @@ from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from repogym.envs.core.errors import ConfigError
+from repogym.envs.core.bugs import report_bug
+from repogym.envs.core.errors import ConfigError, InfraError, InternalError, RepogymError
 from repogym.envs.repo_env import EnvConfig
+from repogym.integrations.outcomes import ended_by_bug, internal_error_of
 
 INSTALL_HINT = 'pip install "repogym[integrations]"'
 SESSION_PATH = "/ws"
@@ -138,8 +145,15 @@ def _require_openenv() -> None:
 def __getattr__(name: str) -> Any:
     # The OpenEnv types subclass openenv's pydantic models, so they exist only once openenv is imported.
     if name in _TYPES:
-        return getattr(_types(), name)
+        return vars(_types())[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _reported(where: str, exc: Exception) -> InternalError:
+    """``exc``, a bug of ours at ``where``, reported (:func:`report_bug`: raised as is in strict mode) and turned
+    into the error OpenEnv answers the client with, saying it is repogym's bug, not the client's mistake."""
+    error = report_bug(where, exc)
+    return InternalError(where, f"internal error (a bug of repogym's, logged on the server): {error.message}")
 
 
 def _json_safe(value: Any) -> Any:
@@ -268,7 +282,12 @@ def _types() -> SimpleNamespace:
                                   "episode_id, task_id")
             if self._closed:
                 return self._closed_observation()
-            text, info = self.env.reset(seed=seed, options=None if task_id is None else {"task_id": task_id})
+            try:
+                text, info = self.env.reset(seed=seed, options=None if task_id is None else {"task_id": task_id})
+            except RepogymError:
+                raise  # the client's bad task id, or the infrastructure: OpenEnv answers it as an error reply
+            except Exception as exc:  # a bug of ours: reported, answered as one; the server and the session go on
+                raise _reported("integrations.openenv.reset", exc) from exc
             self._state = RepoState(episode_id=episode_id or uuid.uuid4().hex, step_count=0,
                                     task_id=info["task_id"], done=False, suite=self.config.suite,
                                     sandbox=self.env.backend)
@@ -288,7 +307,15 @@ def _types() -> SimpleNamespace:
                 return RepoObservation(
                     text="error (parse_error): the action has both text and name/arguments; give one of them",
                     tools=self._tools, task_id=self._state.task_id, turn=self.env.turn, error="parse_error")
-            text, reward, terminated, truncated, info = self.env.step(action.to_env_action())
+            try:
+                text, reward, terminated, truncated, info = self.env.step(action.to_env_action())
+            except RepogymError:
+                raise  # a failure repogym raises on purpose (the infrastructure's): OpenEnv's error reply
+            except Exception as exc:  # a bug of ours: reported, answered as one; the server and the session go on
+                raise _reported("integrations.openenv.step", exc) from exc
+            bug = internal_error_of(info)
+            if bug is not None:  # a bug of ours the env caught ends the episode, excluded (as run_episode does)
+                info, reward, truncated = ended_by_bug(info, bug), float("nan"), not terminated
             done = terminated or truncated
             self._state.step_count += 1
             self._state.done = done
@@ -347,11 +374,12 @@ def _types() -> SimpleNamespace:
             # This is its connect plus the header; a local server is reached without a proxy, as there.
             from websockets.asyncio.client import connect as ws_connect
             local = urlsplit(self._ws_url).hostname in LOOPBACK_HOSTS
+            from websockets.exceptions import WebSocketException
             try:
                 self._ws = await ws_connect(self._ws_url, open_timeout=self._connect_timeout,
                                             max_size=self._max_message_size, proxy=None if local else True,
                                             additional_headers={"Authorization": f"Bearer {self._token}"})
-            except Exception as exc:
+            except (OSError, WebSocketException) as exc:  # the network, or the server refusing the handshake
                 raise ConnectionError(f"Failed to connect to {self._ws_url}: {exc}") from exc
             return self
 
@@ -398,11 +426,12 @@ class _Gate:
             return
         try:
             await self.app(scope, receive, send)
-        except WebSocketDisconnect:
+        except WebSocketDisconnect as exc:
             # OpenEnv 0.3.0 closes the socket after the session is gone and expects a RuntimeError when the client
             # has already left; Starlette 1.x raises WebSocketDisconnect there instead. The session was cleaned
             # up before that close, so this is the client's goodbye, not a server error worth a traceback.
-            pass
+            log.debug("session socket %s: the client had left before the server closed it (code %s)",
+                      scope.get("path", ""), exc.code)
 
     def _refusal(self, scope: dict) -> tuple[int, str, dict[str, str]] | None:
         """``(status, message, headers)`` to refuse ``scope`` with, or None to let it through."""
@@ -512,13 +541,18 @@ def build_app(config: OpenEnvServerConfig | None = None) -> Any:
 
     async def close_open_sessions() -> None:
         left = book.live()
+        bugs: list[Exception] = []
         for env in left:
             try:
                 env.close()
-            except Exception as exc:  # one env failing to close must not keep the others' sandboxes alive
+            except (InfraError, OSError) as exc:  # the sandbox backend (a Docker daemon, a process) would not let go
                 log.warning("closing a session at shutdown failed: %s: %s", type(exc).__name__, exc)
+            except Exception as exc:  # a bug of ours: reported once every other session is closed
+                bugs.append(exc)
         if left:
             log.info("closed %d session(s) still open at shutdown", len(left))
+        for exc in bugs:
+            report_bug("integrations.openenv.shutdown", exc)
 
     app.router.on_shutdown.append(close_open_sessions)
     app.state.repogym_sessions = book  # the open environments (tests and operators look here)

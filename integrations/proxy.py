@@ -24,7 +24,10 @@ Guaranteed:
   ``This model's maximum context length is N tokens. However, your request has M input tokens...``; the episode is
   recorded as ``context_overflow`` (``repogym.agents.llm`` and litellm both read that message as an overflow).
   A prompt that fits but leaves less room than ``max_tokens`` is answered with what fits (finish reason
-  ``length``), where vLLM would refuse: harnesses rarely retry with a smaller ``max_tokens``.
+  ``length``), where vLLM would refuse: harnesses rarely retry with a smaller ``max_tokens``;
+- nothing a client sends stops the server: a bad request is a 400 naming the field; a failing model server (an
+  engine outage, :data:`ENGINE_OUTAGES`) a 500 recorded in the episode's ``errors``; a bug of repogym's a 500 that
+  says so, recorded as the episode's ``internal_error`` and reported (:mod:`repogym.envs.core.bugs`).
 
 Not guaranteed: that a later prompt extends the previous one (a harness that rewrites or drops history starts a
 new *segment*: :meth:`ProxyEpisode.tokens` marks it as a new context and the learner trains each segment as its
@@ -35,6 +38,7 @@ stops on the tokenizer's end-of-turn token); no authentication: listen on localh
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
@@ -49,7 +53,8 @@ from repogym.agents.models import resolve_model
 from repogym.agents.policy import Completion, Engine, SamplingParams
 from repogym.agents.trajectory import TokenSequence
 from repogym.envs.actions import CLOSE, OPEN, parse_action
-from repogym.envs.core.errors import ConfigError
+from repogym.envs.core.bugs import report_bug
+from repogym.envs.core.errors import ConfigError, InfraError, InternalError
 from repogym.envs.tools.base import ToolError
 
 EPISODE_HEADER = "X-Repogym-Episode"
@@ -57,6 +62,11 @@ DEFAULT_EPISODE = "default"
 CONTEXT_OVERFLOW = "context_overflow"
 _EPISODE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _ROUTE = re.compile(r"^(?:/episodes/(?P<episode>[^/]+))?(?P<rest>/.*)?$")
+# What an engine raises when the model server, not repogym, failed: a dead or unanswering engine actor
+# (InfraError), a lost connection (OSError), the device (torch's and vLLM's RuntimeError, CUDA out of memory
+# included; MemoryError on the host). Anything else an engine raises is a bug of ours.
+ENGINE_OUTAGES: tuple[type[BaseException], ...] = (InfraError, OSError, RuntimeError, MemoryError)
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -139,6 +149,9 @@ class ProxyEpisode:
     """The first refused prompt: ``{"prompt_tokens", "limit", "after_calls"}``."""
     errors: list[str] = field(default_factory=list)
     """Engine failures answered with HTTP 500 (infrastructure; nothing recorded for those calls)."""
+    internal_error: dict[str, str] | None = None
+    """The first bug of repogym's met while answering a call of this episode (``{"where", "message"}``), answered
+    with HTTP 500: the episode ends ``internal_error`` (excluded), never as an infrastructure failure."""
     raw_by_call_id: dict[str, str] = field(default_factory=dict)
     """Tool call id -> the raw generated text of the message that carried it (to re-render it verbatim)."""
 
@@ -158,7 +171,8 @@ class ProxyEpisode:
 
     def to_dict(self) -> dict[str, Any]:
         return {"episode_id": self.episode_id, "status": self.status, "overflow": self.overflow,
-                "errors": list(self.errors), "calls": [c.to_dict() for c in self.calls]}
+                "errors": list(self.errors), "internal_error": self.internal_error,
+                "calls": [c.to_dict() for c in self.calls]}
 
 
 class ProxyRequestError(Exception):
@@ -193,16 +207,30 @@ def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
         pos = end + len(CLOSE)
     kept.append(text[pos:])
     if not calls and OPEN not in text and text.strip().startswith("{"):
-        try:
-            calls, kept = [parse_action(text)], []
-        except ToolError:
-            pass
+        whole = _json_call(text)
+        if whole is not None:
+            calls, kept = [whole], []
     tool_calls = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
                    "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in calls]
     if not tool_calls:
         return text, []
     content = "".join(kept).strip()
     return content or None, tool_calls
+
+
+def _json_call(text: str):
+    """``text`` as one JSON tool call, or None when it is not one: the model's text then stays its content, and the
+    harness reports the mistake to the model."""
+    try:
+        return parse_action(text)
+    except ToolError:
+        return None
+
+
+def _internal_error_body(error: InternalError) -> dict[str, Any]:
+    """The HTTP 500 body that answers a bug of ours: the client learns it is the proxy's fault, not its own."""
+    return ProxyRequestError(500, f"internal error of the repogym proxy (a bug of repogym's, logged on the server): "
+                                  f"{error}", "InternalServerError").body()
 
 
 class ChatProxy:
@@ -257,6 +285,8 @@ class ChatProxy:
         """Prompt plus completion tokens the model takes (see :attr:`ProxyConfig.max_context_tokens`)."""
         if self.config.max_context_tokens:
             return self.config.max_context_tokens
+        # A probe: the Engine protocol (repogym.agents.policy) declares no context limit yet. vLLM's engine has
+        # max_model_len; the hf engine's transformers model (third-party) has config.max_position_embeddings.
         limit = getattr(self.engine, "max_model_len", None)
         if not limit:
             limit = getattr(getattr(getattr(self.engine, "model", None), "config", None), "max_position_embeddings", None)
@@ -269,11 +299,31 @@ class ChatProxy:
                                             "owned_by": "repogym", "max_model_len": self.context_limit}]}
 
     def complete(self, body: Any, episode_id: str = DEFAULT_EPISODE) -> tuple[int, dict[str, Any]]:
-        """Answer one chat completions request body: ``(HTTP status, JSON body)``, recording it under ``episode_id``."""
+        """Answer one chat completions request body: ``(HTTP status, JSON body)``, recording it under ``episode_id``.
+
+        A bad request is a 4xx and an engine outage a 500 (:data:`ENGINE_OUTAGES`); a bug of ours is a 500 too,
+        marks the episode (:attr:`ProxyEpisode.internal_error`) and goes through
+        :func:`repogym.envs.core.bugs.report_bug` (which raises :class:`InternalError` in strict mode)."""
         try:
             return 200, self._complete(body, episode_id)
         except ProxyRequestError as exc:
             return exc.status, exc.body()
+        except InternalError as exc:  # a bug reported where it was raised (strict mode): the episode still ends on it
+            self._mark_internal(episode_id, exc.where, exc.message)
+            raise
+        except Exception as exc:  # a bug of ours: the server must answer and go on serving the other episodes
+            where = "integrations.proxy.complete"
+            self._mark_internal(episode_id, where, f"{type(exc).__name__}: {exc}")
+            return 500, _internal_error_body(report_bug(where, exc))
+
+    def _mark_internal(self, episode_id: str, where: str, message: str) -> None:
+        """Record the first bug of ours met in ``episode_id`` (a valid id only: a bad one made no record)."""
+        if not _EPISODE_ID.match(episode_id or ""):
+            return
+        found = self.episode(episode_id)
+        with self._lock:
+            if found.internal_error is None:
+                found.internal_error = {"where": where, "message": message}
 
     def _complete(self, body: Any, episode_id: str) -> dict[str, Any]:
         if not _EPISODE_ID.match(episode_id or ""):
@@ -294,11 +344,12 @@ class ChatProxy:
             params.max_new_tokens = min(params.max_new_tokens, limit - len(prompt))
         try:
             completion: Completion = self.engine.generate([prompt], params)[0]
-        except Exception as exc:  # the engine's failure is infrastructure: a 500 the client may retry
+        except ENGINE_OUTAGES as exc:  # the model server failed (outside repogym): a 500 the client may retry
             episode.errors.append(f"{type(exc).__name__}: {exc}")
+            log.warning("episode %s: the inference engine failed: %s: %s", episode.episode_id, type(exc).__name__, exc)
             raise ProxyRequestError(500, f"the inference engine failed: {type(exc).__name__}: {exc}",
                                     kind="InternalServerError") from None
-        version = int(completion.version if completion.version is not None else getattr(self.engine, "version", 0))
+        version = int(completion.version if completion.version is not None else self.engine.version)
         ids = list(completion.ids)
         raw = self._decode(ids[:-1] if ids and ids[-1] in self.stop_token_ids else ids)
         content, tool_calls = parse_tool_calls(raw) if tools else (raw, [])
@@ -394,7 +445,8 @@ class ChatProxy:
             text = self.tokenizer.apply_chat_template(
                 [self._message(m, episode) for m in messages], tools=tools, tokenize=False, add_generation_prompt=True,
                 chat_template=self._tool_template if tools else None, **(template_kwargs or {}))
-        except Exception as exc:  # a template's own raise (a role it does not know, say) is the request's fault
+        except Exception as exc:  # the chat template (the model's Jinja) raising on the client's messages (a role it
+            # does not know, say) is the request's fault: a 400 naming why
             raise ProxyRequestError(400, f"the chat template could not render the messages: {exc}",
                                     param="messages") from None
         last = episode.calls[-1] if episode.calls else None
@@ -407,7 +459,16 @@ class ChatProxy:
 
     # -- HTTP -------------------------------------------------------------------------------------------
     def handle(self, method: str, path: str, headers: Any, raw: bytes) -> tuple[int, dict[str, Any]]:
-        """Route one HTTP request: ``(status, JSON body)``."""
+        """Route one HTTP request: ``(status, JSON body)``. A bug of ours is answered with a 500 naming it (and
+        reported: :func:`repogym.envs.core.bugs.report_bug`, which raises in strict mode)."""
+        try:
+            return self._handle(method, path, headers, raw)
+        except InternalError:
+            raise  # reported already (strict mode raises it from report_bug)
+        except Exception as exc:  # a bug of ours in routing: answered, and the server goes on
+            return 500, _internal_error_body(report_bug("integrations.proxy.handle", exc))
+
+    def _handle(self, method: str, path: str, headers: Any, raw: bytes) -> tuple[int, dict[str, Any]]:
         route = _ROUTE.match(path.split("?", 1)[0])
         episode_id = unquote(route["episode"]) if route and route["episode"] else None
         rest = (route["rest"] if route else None) or ""
@@ -442,9 +503,10 @@ class ChatProxy:
                 raw = self.rfile.read(length) if length else b""
                 try:
                     status, payload = proxy.handle(method, self.path, self.headers, raw)
-                except Exception as exc:  # a bug of ours answers 500 rather than dropping the connection
-                    status, payload = 500, ProxyRequestError(500, f"{type(exc).__name__}: {exc}",
-                                                             "InternalServerError").body()
+                except InternalError as exc:  # a bug of ours, raised by report_bug in strict mode: answered with a
+                    # 500 rather than a dropped connection (a harness would retry that for minutes), and logged
+                    log.error("internal error answered with HTTP 500: %s", exc, exc_info=exc)
+                    status, payload = 500, _internal_error_body(exc)
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -458,8 +520,8 @@ class ChatProxy:
             def do_POST(self):  # noqa: N802
                 self._answer("POST")
 
-            def log_message(self, format, *args):  # quiet: one line per request would drown a rollout's log
-                pass
+            def log_message(self, format, *args):
+                """Quiet: http.server's line per request would drown a rollout's log (failures log themselves)."""
 
         self._server = ThreadingHTTPServer((self.config.host, self.config.port), Handler)
         self._server.daemon_threads = True

@@ -19,8 +19,9 @@ extras=...)``, calls ``init(prompt)`` once, then ``step(model_text)`` until ``do
   ``reward_components``, ``exclude``), plus ``status`` at the end.
 
 Guaranteed: every call an agent can make ends in an observation (repogym's rule); ``extras["max_turns"]``
-(which SkyRL's generator always sets) bounds the episode in turns. An infrastructure failure ends the
-episode with repogym's NaN reward and ``metadata["exclude"] = True`` unless ``infra_reward`` replaces it
+(which SkyRL's generator always sets) bounds the episode in turns. An infrastructure failure, or a bug of
+repogym's that the environment caught (status ``internal_error``: :mod:`repogym.integrations.outcomes`), ends
+the episode with repogym's NaN reward and ``metadata["exclude"] = True`` unless ``infra_reward`` replaces it
 (SkyRL has no way to drop a trajectory, and a NaN poisons a batch: set it, or filter upstream). Not
 guaranteed: a step after ``done`` raises (the caller's mistake, as in RepoTaskEnv); nothing here
 tokenizes, so token budgets stay SkyRL's.
@@ -38,6 +39,7 @@ from typing import Any
 
 from repogym.envs.core.errors import ConfigError
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
+from repogym.integrations.outcomes import ended_by_bug, internal_error_of
 
 ENV_ID = "repogym"
 INSTALL_HINT = 'the SkyRL-Gym adapter needs skyrl-gym: pip install "repogym[integrations]"'
@@ -53,8 +55,9 @@ class SkyRLConfig:
     task_id: str | None = None
     """The task when the dataset row names none (``extras["task_id"]`` wins)."""
     infra_reward: float | None = None
-    """The reward of an infrastructure failure: None keeps repogym's NaN (drop such trajectories yourself,
-    ``metadata["exclude"]``); a number (0.0, say) replaces it for a trainer that cannot drop one."""
+    """The reward of an excluded episode (an infrastructure failure, an internal error): None keeps repogym's NaN
+    (drop such trajectories yourself, ``metadata["exclude"]``); a number (0.0, say) replaces it for a trainer that
+    cannot drop one."""
     env: dict[str, Any] = field(default_factory=dict)
     """Fields of :class:`repogym.envs.repo_env.EnvConfig` (``sandbox``, ``max_turns``, ``reward``, ...)."""
 
@@ -66,7 +69,7 @@ class SkyRLConfig:
             return cls()
         if isinstance(config, SkyRLConfig):
             return config
-        if hasattr(config, "items") and not isinstance(config, Mapping):  # an OmegaConf DictConfig
+        if hasattr(config, "items") and not isinstance(config, Mapping):  # an OmegaConf DictConfig (third-party)
             from omegaconf import OmegaConf
             config = OmegaConf.to_container(config, resolve=True)
         if not isinstance(config, Mapping):
@@ -146,6 +149,9 @@ def _build_class() -> type:
             """One tool call from the model's text (see the module docstring)."""
             obs, reward, terminated, truncated, info = self.env.step(action)
             self.turns += 1
+            bug = internal_error_of(info)
+            if bug is not None:  # a bug of ours the env caught ends the episode, excluded (as run_episode does)
+                info, reward, truncated = ended_by_bug(info, bug), float("nan"), True
             done = terminated or truncated
             metadata = dict(info)
             if done:

@@ -17,9 +17,11 @@ module only maps an :class:`~repogym.agents.rollout.EpisodeResult` onto what TRL
 
 Guaranteed: the tokens TRL trains on are the tokens the model saw and sampled, with the loss only on the
 sampled ones; the reward is repogym's graded reward (hidden tests in a pristine sandbox); an episode that
-fails on infrastructure (NaN reward) is given TRL's "no reward" (``None``), which TRL excludes from the
-group baseline and gives no advantage, never a 0 (a sandbox that fails to start is such an episode, not a
-crash of the training step). Not guaranteed: TRL's ``rollout_func`` is experimental
+fails on infrastructure or on a bug of repogym's that the environment caught (status ``infra_error`` or
+``internal_error``, NaN reward) is given TRL's "no reward" (``None``), which TRL excludes from the group
+baseline and gives no advantage, never a 0 (a sandbox that fails to start is such an episode, not a crash of
+the training step). A bug outside the environment's step (in the agent, in this module) is raised: it stops
+the training step rather than pass as data. Not guaranteed: TRL's ``rollout_func`` is experimental
 and may change; generation is one episode at a time with transformers (no vLLM, no batching across
 episodes), so this is for small models and the CPU path; ``max_completion_length`` is not applied to
 multi-turn episodes (the per-turn ``max_new_tokens`` and ``max_turns`` bound their length); only the
@@ -29,7 +31,6 @@ multi-turn episodes (the per-turn ``max_new_tokens`` and ``max_turns`` bound the
 
 from __future__ import annotations
 
-import math
 import os
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -40,7 +41,7 @@ from repogym.agents.hf import DEFAULT_SYSTEM_PROMPT, HFAgent, HFAgentConfig, HFE
 from repogym.agents.rollout import EpisodeResult, run_episode
 from repogym.envs.core.errors import ConfigError, InfraError
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
-from repogym.envs.core.status import Status
+from repogym.envs.core.status import Status, excluded
 from repogym.envs.tasks import load_suite
 
 INSTALL_HINT = 'pip install "repogym[integrations]"'
@@ -127,7 +128,7 @@ class RepoGymRollout:
 
     def _row(self, result: EpisodeResult) -> tuple:
         """One episode as (prompt ids, completion ids, logprobs, env mask, reward, status, task id, turns)."""
-        reward = None if result.infra_error or math.isnan(result.reward) else float(result.reward)
+        reward = None if excluded(result.status, result.reward) else float(result.reward)
         meta = (reward, str(result.status), result.task_id, result.turns)
         seq = result.tokens
         stop = self.tokenizer.eos_token_id
@@ -151,7 +152,8 @@ def _task_id(prompt: Any) -> str:
 
 
 def repogym_reward(prompts=None, completions=None, repogym_reward=None, **kwargs) -> list[float | None]:
-    """TRL reward function: repogym's graded reward of each episode (``None`` for an infrastructure failure)."""
+    """TRL reward function: repogym's graded reward of each episode (``None`` for an excluded episode: an
+    infrastructure failure or an internal error)."""
     if repogym_reward is None:
         raise ConfigError("repogym_reward needs the rollouts of RepoGymRollout (pass it as the trainer's rollout_func)")
     return list(repogym_reward)

@@ -12,8 +12,9 @@ is that, thin over :mod:`repogym.envs`:
 - :class:`RepogymTask`: ``setup`` makes and resets this rollout's :class:`RepoTaskEnv` (held by trace id,
   never in the serialized state), ``finalize`` grades a diff the model left unsubmitted (repogym's
   truncation rule) and closes it, and its one ``@vf.reward``, ``repogym``, is repogym's reward. An
-  infrastructure failure is raised there, so verifiers records an error on the trace (and may retry)
-  rather than a reward 0. ``validate`` (verifiers' gold check) proves the gold patch earns 1.0.
+  infrastructure failure, or a bug of repogym's that the environment caught (which ends the episode:
+  :mod:`repogym.integrations.outcomes`), is raised there, each saying which it is, so verifiers records an
+  error on the trace (and may retry) rather than a reward 0. ``validate`` (verifiers' gold check) proves the gold patch earns 1.0.
 - :class:`RepogymEnv`: sends the first observation, passes each reply to ``RepoTaskEnv.step`` (repogym's
   action parser takes JSON and ``<tool_call>`` text; a native tool call is turned into the same JSON), and
   sends the observation back as the next user turn until ``submit`` or a limit ends the episode.
@@ -40,7 +41,9 @@ from dataclasses import fields
 from typing import Any
 
 from repogym.envs.core.errors import ConfigError
+from repogym.envs.core.status import Status
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
+from repogym.integrations.outcomes import ended_by_bug, internal_error_of
 
 PLUGIN_ID = "repogym_verifiers"
 """The taskset id verifiers loads this module by (an alias registered in ``sys.modules``)."""
@@ -70,7 +73,7 @@ def _make_env(info: dict[str, Any]) -> RepoTaskEnv:
 def action_of(reply: str, messages: list) -> Any:
     """What to step the env with: the last assistant message's first native tool call (as repogym's JSON
     form), else the reply's text."""
-    for message in reversed(messages):
+    for message in reversed(messages):  # verifiers' message objects (third-party): its types vary by role
         calls = getattr(message, "tool_calls", None)
         if getattr(message, "role", None) == "assistant" and calls:
             call = calls[0]
@@ -110,11 +113,13 @@ def _build() -> dict[str, Any]:
 
         async def setup(self, trace, runtime) -> None:
             env = await asyncio.to_thread(_make_env, self.data.info)
+            kept = False
             try:
                 obs, info = await asyncio.to_thread(env.reset, options={"task_id": self.data.info["task_id"]})
-            except BaseException:  # an infrastructure failure: verifiers records it on the trace; free the sandbox
-                await asyncio.to_thread(env.close)
-                raise
+                kept = True
+            finally:
+                if not kept:  # the reset raised (verifiers records it on the trace) or was cancelled: free the sandbox
+                    await asyncio.to_thread(env.close)
             _LIVE[trace.id] = env
             trace.info["repogym_first_observation"] = obs
             trace.info["repogym"] = {"reset": {k: info[k] for k in ("task_id", "max_turns", "sandbox")}}
@@ -136,14 +141,19 @@ def _build() -> dict[str, Any]:
 
         @vf.reward
         async def repogym(self, trace) -> float:
-            """repogym's reward for the episode; an infrastructure failure is an error, not a 0."""
+            """repogym's reward for the episode; an excluded one (an infrastructure failure, a bug of repogym's)
+            is an error, not a 0."""
             result = trace.info.get("repogym", {})
             if "reward" not in result:
                 raise RuntimeError("repogym: the episode has no reward (setup failed or finalize did not run)")
             reward = result["reward"]
             if result.get("exclude") or (isinstance(reward, float) and math.isnan(reward)):
-                where = (result.get("infra_error") or {}).get("where", "repogym")
-                raise RuntimeError(f"repogym infrastructure error in {where}: {result.get('infra_error')}")
+                error = (result.get("eval") or {}).get("error") or result.get("infra_error") or {}
+                where = error.get("where", "repogym")
+                if result.get("status") == Status.INTERNAL_ERROR:
+                    raise RuntimeError(f"repogym internal error (a bug of repogym's, logged where it ran) in {where}: "
+                                       f"{error.get('message', '')}")
+                raise RuntimeError(f"repogym infrastructure error in {where}: {error}")
             return float(reward)
 
         async def validate(self, runtime) -> bool:
@@ -227,6 +237,9 @@ def _build() -> dict[str, Any]:
 async def _step(env: RepoTaskEnv, trace: Any, action: Any) -> tuple[str, bool]:
     """One repogym step; records its info (and at the end the reward) on ``trace.info["repogym"]``."""
     obs, reward, terminated, truncated, info = await asyncio.to_thread(env.step, action)
+    bug = internal_error_of(info)
+    if bug is not None:  # a bug of ours the env caught ends the episode, excluded (as run_episode does)
+        info, reward, truncated = ended_by_bug(info, bug), float("nan"), True
     done = terminated or truncated
     record = {"turn": info.get("turn"), "tool": info.get("tool"), "error": info.get("error"), "done": done}
     if done:

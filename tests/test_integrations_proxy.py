@@ -12,7 +12,8 @@ from repogym.agents.errors import ContextOverflow
 from repogym.agents.hf import HFEngine
 from repogym.agents.llm import LLMAgent
 from repogym.agents.policy import Completion
-from repogym.envs.core.errors import ConfigError
+from repogym.envs.core import bugs
+from repogym.envs.core.errors import ConfigError, InfraError, InternalError
 from repogym.integrations.proxy import CONTEXT_OVERFLOW, EPISODE_HEADER, ChatProxy, ProxyConfig, parse_tool_calls
 from repogym.trainer.tiny import TinyModelConfig, build_tiny_model, build_tokenizer
 
@@ -156,18 +157,51 @@ def test_tool_calls_are_parsed_with_repogyms_action_parser_and_the_raw_text_is_r
 
 def test_bad_requests_are_400s_naming_the_field_and_engine_failures_are_500s(tiny_lm):
     tokenizer, _ = tiny_lm
-    proxy = ChatProxy(FixedEngine(tokenizer, []), tokenizer)
+    proxy = ChatProxy(DownEngine(), tokenizer)
     assert proxy.complete({"messages": []})[0] == 400
     assert proxy.complete({"messages": [{"role": "user", "content": "x"}], "n": 2})[1]["error"]["param"] == "n"
     assert proxy.complete({"messages": [{"role": "user", "content": "x"}], "stream": True})[0] == 400
     assert proxy.complete({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})[0] == 400
     assert proxy.complete({"messages": [{"role": "user", "content": "x"}]}, "bad id/")[0] == 400
-    code, body = proxy.complete({"messages": [{"role": "user", "content": "x"}]}, "e")  # the engine has no text left
+    code, body = proxy.complete({"messages": [{"role": "user", "content": "x"}]}, "e")  # the engine server is down
     assert code == 500 and "engine failed" in body["error"]["message"] and proxy.episode("e").errors
+    assert proxy.episode("e").internal_error is None  # an outage outside repogym, not a bug of ours
     assert proxy.handle("GET", "/nowhere", {}, b"")[0] == 404
     assert proxy.handle("POST", "/v1/chat/completions", {}, b"{oops")[0] == 400
     with pytest.raises(ConfigError, match="max_tokens"):
         ProxyConfig(max_tokens=0)
+
+
+class DownEngine:
+    """An engine whose model server is gone: what a dead engine actor raises."""
+
+    version = 0
+
+    def generate(self, prompts, params):
+        raise InfraError("vllm engine actor", "generate: the engine actor died")
+
+    def update_weights(self, state_dict, version):
+        raise InfraError("vllm engine actor", "update_weights: the engine actor died")
+
+
+def test_a_bug_of_ours_in_the_engine_is_a_500_that_says_so_and_marks_the_episode(tiny_lm, monkeypatch):
+    tokenizer, _ = tiny_lm
+    proxy = ChatProxy(FixedEngine(tokenizer, []), tokenizer)  # no text left: generate raises IndexError, a bug
+    request = {"messages": [{"role": "user", "content": "x"}]}
+    with pytest.raises(InternalError, match="integrations.proxy.complete"):  # strict (the suite): raised
+        proxy.complete(request, "strict")
+    assert proxy.episode("strict").internal_error["message"].startswith("IndexError")
+    monkeypatch.setenv(bugs.STRICT_ENV, "0")  # as in production: answered, counted, the server goes on
+    before = bugs.bug_counts().get("integrations.proxy.complete: IndexError", 0)
+    code, body = proxy.complete(request, "lenient")
+    assert code == 500 and "a bug of repogym's" in body["error"]["message"] and "IndexError" in body["error"]["message"]
+    assert proxy.episode("lenient").internal_error["where"] == "integrations.proxy.complete"
+    assert not proxy.episode("lenient").errors  # not recorded as an engine outage
+    assert bugs.bug_counts()["integrations.proxy.complete: IndexError"] == before + 1
+    monkeypatch.setenv(bugs.STRICT_ENV, "1")
+    with proxy:  # over HTTP, strict mode still answers the client (a 500), it does not drop the connection
+        code, body = post(proxy.url + "/episodes/http/v1/chat/completions", request)
+    assert code == 500 and "IndexError" in body["error"]["message"] and proxy.episode("http").internal_error
 
 
 def test_the_cli_serves_a_model_folder(tmp_path):

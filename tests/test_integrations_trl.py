@@ -45,6 +45,10 @@ def test_an_episode_maps_to_trl_fields_with_observations_masked_and_infra_failur
     prompt, completion, _, mask, reward, status, *_ = rollout._row(failed)
     assert reward is None and status == "infra_error" and prompt and completion == [tokenizer.eos_token_id]
     assert mask == [0]
+    # A bug of repogym's that ended the episode: excluded like an infrastructure failure, never a 0.
+    buggy = EpisodeResult("t", "trl", Status.INTERNAL_ERROR, float("nan"), 2, 0.1, tokens=seq)
+    *_, mask, reward, status, _, _ = rollout._row(buggy)
+    assert reward is None and status == "internal_error"
     assert repogym_reward(completions=["a", "b"], repogym_reward=[1.0, None]) == [1.0, None]
     with pytest.raises(ConfigError, match="rollout_func"):
         repogym_reward(completions=["a"])
