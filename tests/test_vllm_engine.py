@@ -262,12 +262,30 @@ def test_the_client_replaces_a_dead_engine_once_and_turns_a_hang_into_an_error(m
         ray.shutdown()
 
 
+class _Rank0:
+    """The sending side of a learner (:meth:`~repogym.trainer.learner.Learner.send_weights`): rank 0 of the group,
+    its connection kept while the group is the same; it sends one tensor ``w`` filled with ``value``."""
+
+    device, sync_host = "cpu", None
+
+    def __init__(self, value: float = 0.0):
+        self.value, self.sender, self.groups = value, None, []
+
+    def send_weights(self, group, version: int) -> dict[str, float]:
+        from repogym.trainer.inference.weight_sync import WeightSender
+
+        if self.sender is None or self.sender.group != group:
+            self.sender = WeightSender(group, timeout_s=60)
+            self.groups.append(group)
+        return self.sender.send(iter([("w", torch.full((4,), self.value))]))
+
+
 @pytest.mark.ray
 def test_engine_actors_on_one_gpu_and_a_tensor_parallel_group_take_weights_over_one_sync_group(monkeypatch):
     """Ray with made-up GPUs: actors are placed, serve RayEngineClient and take synced and pushed weights."""
     import ray
 
-    from repogym.trainer.inference import EngineSync, RayEngineClient, push_weights, sync_weights
+    from repogym.trainer.inference import EngineSync, RayEngineClient
     from repogym.trainer.inference.vllm_engine import VLLMEngineConfig, make_vllm_actor
 
     if ray.is_initialized():
@@ -281,14 +299,55 @@ def test_engine_actors_on_one_gpu_and_a_tensor_parallel_group_take_weights_over_
         assert out[0].ids == [4, 5] and client.version == 0
         sharded = make_vllm_actor(VLLMEngineConfig(model="/m", tensor_parallel_size=2))
         assert ray.available_resources().get("GPU", 0) == 0  # 1 + a group of 2
-        sync = EngineSync([single, sharded])
+        sync, rank0 = EngineSync([single, sharded]), _Rank0()
         for version, first in ((7, 2.0), (8, 3.0)):  # twice over the same group (world 1 + 1 + 2)
-            metrics = sync_weights([single, sharded], iter([("w", torch.full((4,), first))]), version, sync)
+            rank0.value = first
+            metrics = sync.sync_with(lambda group: rank0.send_weights(group, version), version)
             assert metrics["weight_sync/tensors"] == 1 and metrics["weight_sync/bytes"] == 8
             assert client.version == version and RayEngineClient(sharded).version == version
             assert client.generate([[3]], SamplingParams(max_new_tokens=1, seed=0))[0].ids == [4 + int(first)]
-        assert sync.group.world_size == 4
-        push_weights([single, sharded], {"w": torch.ones(2)}, version=9)
+        assert sync.group.world_size == 4 and len(rank0.groups) == 1  # one connection for both syncs
+        ref = ray.put({"w": torch.ones(2)})  # a whole state dict through Ray, one copy shared
+        ray.get([h.update_weights.remote(ref, 9) for h in (single, sharded)])
         assert client.version == 9 and client.generate([[3]], SamplingParams(max_new_tokens=1, seed=0))[0].ids == [5]
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.ray
+def test_vllm_weights_own_the_engine_pool_and_sync_a_replaced_engine_over_a_new_group(monkeypatch):
+    """The ``vllm`` weight mover starts the pool on first use, pushes over one kept group, and after the pool replaced
+    an engine makes a new group that brings the replacement to the current version (``charts/engine_restarts``)."""
+    import ray
+
+    from repogym.trainer.inference import RayEngineClient
+    from repogym.trainer.inference.weights import InferenceConfig, VLLMWeights, WeightMover
+    from repogym.trainer.learner import LearnerConfig
+
+    if ray.is_initialized():
+        ray.shutdown()
+    _workers_import_from(monkeypatch, FAKES)
+    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        mover = VLLMWeights(InferenceConfig(engine="vllm", dtype="float32"), LearnerConfig(device="cpu"), "/m", 0)
+        assert isinstance(mover, WeightMover) and mover.engine_actors
+        [first] = mover.engine_handles()
+        assert mover.engine_pool() is mover.engine_pool()  # started once
+        rank0 = _Rank0(2.0)
+        for version in (1, 2):
+            metrics = mover.push(rank0, None, version)
+            assert metrics["weight_sync/tensors"] == 1 and metrics["charts/engine_restarts"] == 0
+            assert RayEngineClient(first).version == version
+        assert len(rank0.groups) == 1
+        ray.kill(first, no_restart=True)  # a rollout worker's client sees it die and asks the pool for another
+        ray.get(mover.engine_pool().replace.remote(0, first._actor_id.hex()))
+        [replacement] = mover.engine_handles()
+        assert replacement._actor_id != first._actor_id and RayEngineClient(replacement).version == 0
+        rank0.value = 3.0
+        metrics = mover.push(rank0, None, 3)
+        assert metrics["charts/engine_restarts"] == 1 and len(rank0.groups) == 2  # a new group over the live engine
+        client = RayEngineClient(replacement)
+        assert client.version == 3 and client.generate([[3]], SamplingParams(max_new_tokens=1, seed=0))[0].ids == [7]
+        mover.close()
     finally:
         ray.shutdown()

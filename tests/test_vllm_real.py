@@ -165,8 +165,9 @@ def test_a_cached_prompt_is_recomputed_with_the_new_weights(engine, reference):
 
 def test_an_engine_in_a_ray_actor_serves_a_client_and_takes_synced_weights(config, reference):
     ray = pytest.importorskip("ray")
-    from repogym.trainer.inference import EngineSync, RayEngineClient, sync_weights
+    from repogym.trainer.inference import EngineSync, RayEngineClient
     from repogym.trainer.inference.vllm_engine import make_vllm_actor
+    from repogym.trainer.inference.weight_sync import WeightSender
 
     model, old, new = reference
     if ray.is_initialized():
@@ -179,7 +180,7 @@ def test_an_engine_in_a_ray_actor_serves_a_client_and_takes_synced_weights(confi
         out = client.generate(prompts, SamplingParams(temperature=1.0, max_new_tokens=8, seed=1))
         assert all(c.ids and len(c.logprobs) == len(c.ids) for c in out) and client.check_health()
         sync = EngineSync([handle], host="127.0.0.1")
-        metrics = sync_weights([handle], iter(new.items()), 1, sync)
+        metrics = sync.sync_with(lambda group: WeightSender(group).send(iter(new.items())), 1)
         assert metrics["weight_sync/tensors"] == len(new) and client.version == 1
         _load(model, {name: t.to(torch.bfloat16).float() for name, t in new.items()})
         _check_matches(client, model, prompts, temperature=0, greedy=True)

@@ -36,7 +36,7 @@ def test_a_grpo_run_on_vllm_streams_each_update_to_the_engine(tmp_path: Path):
     trainer = Trainer(_config(run_dir, 2), progress=False)
     try:
         trainer.run()
-        engine_version = ray.get(trainer._engines()[0].get_version.remote())
+        engine_version = ray.get(trainer.weights.engine_handles()[0].get_version.remote())
         pushed_to_workers = trainer.fleet._weights  # what a restarted rollout worker would be given
     finally:
         ray.shutdown()
@@ -69,7 +69,7 @@ def test_a_dead_engine_is_replaced_and_brought_to_the_current_weights(tmp_path: 
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             if (run_dir / "metrics.jsonl").exists() and (run_dir / "metrics.jsonl").read_text().strip():
-                engine = trainer._engines()[0]
+                engine = trainer.weights.engine_handles()[0]
                 killed.append(engine._actor_id.hex())
                 ray.kill(engine, no_restart=True)
                 return
@@ -78,7 +78,7 @@ def test_a_dead_engine_is_replaced_and_brought_to_the_current_weights(tmp_path: 
     threading.Thread(target=kill_after_the_first_step, daemon=True).start()
     try:
         trainer.run()
-        engine = trainer._engines()[0]
+        engine = trainer.weights.engine_handles()[0]
         engine_version = ray.get(engine.get_version.remote())
     finally:
         ray.shutdown()

@@ -10,10 +10,13 @@ until the next weight sync. ``restarts`` counts replacements: the trainer rebuil
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
 from repogym.trainer.inference.vllm_engine import VLLMEngineConfig, make_vllm_actor
+
+log = logging.getLogger(__name__)
 
 
 class EnginePool:
@@ -44,8 +47,8 @@ class EnginePool:
             if self._handles[index]._actor_id.hex() == dead_actor_id:
                 try:
                     ray.kill(self._handles[index], no_restart=True)
-                except Exception:  # noqa: BLE001 - already gone is the expected case
-                    pass
+                except Exception as exc:  # noqa: BLE001 - Ray: the dead actor is already gone (the expected case)
+                    log.debug("engine %d: killing the dead actor failed (%s); starting its replacement", index, exc)
                 self._handles[index] = self._start()
                 self._restarts += 1
             return self._handles[index]
@@ -57,7 +60,8 @@ class EnginePool:
         for index, handle in enumerate(self.handles()):
             try:
                 ray.get(handle.check_health.remote(), timeout=timeout_s)
-            except Exception:  # noqa: BLE001 - dead, hung, or its engine core died (it answers with an error)
+            except Exception as exc:  # noqa: BLE001 - Ray/vLLM: dead, hung, or its engine core died (answers an error)
+                log.warning("engine %d failed its health check (%s): replacing it", index, exc)
                 self.replace(index, handle._actor_id.hex())
         return self._restarts
 

@@ -16,6 +16,8 @@ redoes the kernel-specific processing (the CPU build's repacked linear layers, q
 
 from __future__ import annotations
 
+import logging
+
 
 class WeightSyncExtension:
     """Methods vLLM adds to its worker (``self.reload_weights``, ``self.rank`` and ``self.device`` come from it)."""
@@ -71,8 +73,8 @@ class WeightSyncExtension:
             try:
                 for _ in stream:
                     pass
-            except Exception:
-                pass
+            except Exception as exc:  # noqa: BLE001 - torch.distributed/the network: the connection broke mid-sync
+                logging.getLogger(__name__).warning("weight sync: reading the sync to its end marker failed: %s", exc)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         return count
