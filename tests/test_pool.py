@@ -133,3 +133,20 @@ def test_a_sandbox_started_while_the_pool_closes_is_closed():
 def test_arguments_are_checked():
     with pytest.raises(ConfigError, match="expected max_failures >= 1"):
         SandboxPool(Factory(), size=1, max_failures=0)
+
+
+def test_closing_at_exit_logs_an_outside_failure_and_keeps_a_bug_for_reporting(caplog):
+    from repogym.envs.sandbox import cleanup
+
+    def daemon_gone():
+        raise SandboxError("sandbox.docker", "the daemon went away")
+
+    def our_bug():
+        raise TypeError("close() takes no arguments")
+
+    bugs: list[Exception] = []
+    with caplog.at_level(logging.WARNING, logger="repogym.envs.sandbox.cleanup"):
+        cleanup._close_quietly(daemon_gone, "box-1", bugs)
+        cleanup._close_quietly(our_bug, "box-2", bugs)
+    assert [type(b) for b in bugs] == [TypeError]  # reported by close_all once everything else is closed
+    assert any("box-1" in r.getMessage() and "daemon went away" in r.getMessage() for r in caplog.records)

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from repogym.envs.core.errors import SandboxError
-from repogym.envs.sandbox import SandboxConfig, SandboxRequestError, make_sandbox
+from repogym.envs.sandbox import Sandbox, SandboxConfig, SandboxRequestError, make_sandbox
 from repogym.envs.sandbox.snapshot import RepoSnapshot
 from repogym.envs.tasks.repos import snapshot
 
@@ -36,6 +36,27 @@ def sandbox(backend):
     box.load(tar_of({"a.py": b"x = 1\n", "pkg/b.txt": b"hello\n"}))
     yield box
     box.close()
+
+
+def _protocol_members() -> set[str]:
+    return set(Sandbox.__annotations__) | {n for n, v in vars(Sandbox).items() if callable(v) and not n.startswith("_")}
+
+
+def test_a_backend_has_every_member_the_protocol_declares(sandbox):
+    # What the env, grading and the tools use of a sandbox is declared on the protocol (nothing is probed).
+    assert {"repo_dir", "inside_dir", "snapshot_key", "base_tree", "dirty_reason", "load", "run", "read_file",
+            "write_file", "reset", "diff", "tree_id", "export_state", "import_state", "staging_folder",
+            "close"} <= _protocol_members()
+    assert isinstance(sandbox, Sandbox)
+    missing = [name for name in _protocol_members() if not hasattr(sandbox, name)]
+    assert not missing, missing
+    assert sandbox.snapshot_key == "test" and sandbox.dirty_reason is None
+    assert sandbox.base_tree == sandbox.tree_id()
+    sandbox.write_file("a.py", b"x = 2\n")
+    assert sandbox.tree_id() != sandbox.base_tree
+    assert sandbox.run(f"test -f {sandbox.inside_dir}/runner.py").ok
+    folder = sandbox.staging_folder("0123abcd")
+    assert folder is None or sandbox.run(f"test -d {folder}").ok
 
 
 def test_run_returns_output_exit_code_and_duration(sandbox):
