@@ -6,11 +6,16 @@ instructions. ``step`` takes one tool call as text and returns its output. ``sub
 a pristine sandbox (:mod:`repogym.envs.rewards`) and terminates; the turn limit truncates (and, by default,
 grades whatever the diff is then), as do the optional budgets of observation tokens and wall time
 (``info["truncation"]`` says which). Every step reports ``info["usage"]``: the observation's characters
-(and tokens, given a tokenizer) and the episode's running totals. Agent mistakes are observations;
-infrastructure failures end the episode with ``info["infra_error"]`` and a NaN reward, so training can
-drop them; an agent that kills its own sandbox gets reward 0. What the episode has done so far (turn, last
-edit, test runs) is an :class:`repogym.envs.core.episode_state.EpisodeState`, made fresh on each reset and shared
-with the tools through their context; the reward's facts are read from it (:mod:`repogym.envs.rewards.facts`).
+(and tokens, given a tokenizer) and the episode's running totals; :class:`repogym.envs.step_info.StepInfo` lists
+every key ``info`` may hold. Agent mistakes are observations; infrastructure failures end the episode with
+``info["infra_error"]`` and a NaN reward, so training can drop them, and so do bugs of repogym's own
+(``info["internal_error"]``, :func:`repogym.envs.core.bugs.report_bug`; raised instead in strict mode). An agent
+that kills its own sandbox ends the episode ``unresolved``: nothing is graded, so the ``tests`` component scores
+0 and the diff counts for nothing, but the components that read neither still count (``format``, the share of
+well-formed calls, pays up to its weight: 0.2 in the ``shaped`` preset, 0.1 in ``process``; ``steps`` costs).
+What the episode has done so far (turn, last edit, test runs) is an
+:class:`repogym.envs.core.episode_state.EpisodeState`, made fresh on each reset and shared with the tools through
+their context; the reward's facts are read from it (:mod:`repogym.envs.rewards.facts`).
 """
 
 from __future__ import annotations
@@ -20,13 +25,14 @@ import string
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 
 from repogym.envs.actions import FORMAT_HINT, parse_action
+from repogym.envs.core.bugs import report_bug
 from repogym.envs.core.errors import (
-    ConfigError, ForkRefused, InfraError, SandboxError, SandboxKilledByAgent, SandboxRefused)
+    ConfigError, ForkRefused, InfraError, InternalError, SandboxError, SandboxKilledByAgent, SandboxRefused)
 from repogym.envs.rewards import EvalRecord, grade
 from repogym.envs.rewards.components import EpisodeFacts, RewardConfig, compute_reward
 from repogym.envs.rewards.facts import analyze_sandbox, ran_tests_since_last_edit, tests_since_last_edit
@@ -36,10 +42,13 @@ from repogym.envs.core.status import Status, excluded
 from repogym.envs.tasks.repos import repo_path, snapshot
 from repogym.envs.tasks.schema import Task
 from repogym.envs.tasks.suites import find_task, load_suite
+from repogym.envs.step_info import ForkInfo, StepInfo, TruncationInfo, UsageInfo
 from repogym.envs.tools import TOOLS, ToolContext, ToolError, get_tool, tools_schema
 
+if TYPE_CHECKING:  # the analysis (tree-sitter) is imported on use
+    from repogym.envs.analysis import DiffAnalysis
+
 ENV_ID = "repogym/RepoTask-v0"
-_EMPTY_ANALYSIS = {"changed": [], "dependents": [], "tests": [], "syntax_errors": [], "unresolved": []}
 MAX_TEXT = 1 << 20
 LOAD_ATTEMPTS = 3  # sandboxes tried per reset before its infrastructure error is raised
 
@@ -148,7 +157,7 @@ class RepoTaskEnv(gym.Env):
         self._pools: dict[str, SandboxPool] = {}
         self._fork_pools: dict[str, SandboxPool] = {}
         self._owns_pools = True  # forks share their source's pools; only the source closes them
-        self.fork_info: dict[str, Any] | None = None
+        self.fork_info: ForkInfo | None = None
         """Set on an environment :meth:`fork` made: its source's turn and what the fork could not copy."""
         self.task: Task | None = None
         self._done = True
@@ -233,7 +242,7 @@ class RepoTaskEnv(gym.Env):
         raise SandboxError("env.reset", f"no clean sandbox after {LOAD_ATTEMPTS} tries: {last}")
 
     # -- gymnasium API --------------------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, StepInfo]:
         super().reset(seed=seed)
         self.task = self._pick(options)
         restarts = self._load(self.task)
@@ -249,20 +258,20 @@ class RepoTaskEnv(gym.Env):
         if self._tokenizer is not None:
             self._usage["observation_tokens"] = 0
         self._started = time.monotonic()
-        info = {"task_id": self.task.instance_id, "repo": self.task.repo, "difficulty": self.task.difficulty,
-                "tools": self.tools_schema(), "max_turns": self.config.max_turns, "sandbox": self.backend,
-                "horizon": self.task.extra.get("horizon", "short"), "usage": self._count(obs),
-                "sandbox_restarts": restarts}
+        info: StepInfo = {
+            "task_id": self.task.instance_id, "repo": self.task.repo, "difficulty": self.task.difficulty,
+            "tools": self.tools_schema(), "max_turns": self.config.max_turns, "sandbox": self.backend,
+            "horizon": self.task.extra.get("horizon", "short"), "usage": self._count(obs), "sandbox_restarts": restarts}
         return obs, info
 
-    def step(self, action: Any) -> tuple[str, float, bool, bool, dict]:
+    def step(self, action: Any) -> tuple[str, float, bool, bool, StepInfo]:
         if self._done:
             raise RuntimeError("the episode is over (or never started): call reset() first")
         self.turn += 1
         self.ctx.episode.turn = self.turn
         start = time.monotonic()
-        info: dict[str, Any] = {"task_id": self.task.instance_id, "turn": self.turn, "tool": None,
-                                "exit_code": None, "error": None}
+        info: StepInfo = {"task_id": self.task.instance_id, "turn": self.turn, "tool": None, "exit_code": None,
+                          "error": None}
         reward, terminated, truncated = 0.0, False, False
         try:
             call = parse_action(action)
@@ -276,7 +285,7 @@ class RepoTaskEnv(gym.Env):
             else:
                 result = tool.run(self.ctx, args)
                 obs, info["exit_code"], info["error"] = result.output, result.exit_code, result.error
-                info.update(result.data)
+                info.update(result.data)  # type: ignore[typeddict-item]  # the tool's facts (StepInfo lists the builtins')
                 if tool.edits:
                     obs += self._note_edit()
         except ToolError as exc:
@@ -284,25 +293,36 @@ class RepoTaskEnv(gym.Env):
         except SandboxKilledByAgent as exc:
             # The agent's doing: graded as a failure (never excluded), and the sandbox is replaced on reset.
             self._sandbox.dirty_reason = self._sandbox.dirty_reason or str(exc)
-            record = EvalRecord(self.task.instance_id, Status.UNRESOLVED,
-                                error={"where": exc.where, "message": exc.message})
+            record = EvalRecord(self.task.instance_id, Status.UNRESOLVED, error=exc.record())
             _, reward = self._finish("the sandbox was killed from inside", info, record=record)
-            obs, info["error"], terminated = (f"error (sandbox_killed): {exc.message}. Nothing of this episode can "
-                                              "be graded; the episode ends with no reward."), "sandbox_killed", True
-        except (SandboxRefused, SandboxRequestError) as exc:
+            obs = (f"error (sandbox_killed): {exc.message}. Nothing of this episode can be graded; the episode ends "
+                   "unresolved (the tests score 0).")
+            info["error"], terminated = "sandbox_killed", True
+        except SandboxRefused as exc:
             # The agent's sandbox refused the harness (a full /repo, a locked .git or /tmp): its doing, an observation.
-            obs, info["error"] = f"error (sandbox_refused): {getattr(exc, 'message', exc)}", "sandbox_refused"
+            obs, info["error"] = f"error (sandbox_refused): {exc.message}", "sandbox_refused"
+        except SandboxRequestError as exc:  # the runner refused a request the agent's state made impossible
+            obs, info["error"] = f"error (sandbox_refused): {exc}", "sandbox_refused"
         except InfraError as exc:
             obs = f"[infrastructure error in {exc.where}: {exc.message}; the episode ends]"
-            info["infra_error"] = {"where": exc.where, "message": exc.message}
-            info["eval"] = {"status": Status.INFRA_ERROR, "error": info["infra_error"]}
+            info["infra_error"] = exc.record()
+            info["eval"] = {"status": Status.INFRA_ERROR, "error": exc.record()}
             info["exclude"] = True
             reward, truncated = float("nan"), True
             if self._sandbox is not None:
                 self._sandbox.dirty_reason = self._sandbox.dirty_reason or str(exc)
-        except Exception as exc:  # a bug of ours must not end a rollout: an observation, recorded in info
-            obs = f"error (internal_error): the tool failed unexpectedly ({type(exc).__name__}: {exc})"
-            info["error"], info["internal_error"] = "internal_error", f"{type(exc).__name__}: {exc}"
+        except InternalError:  # a bug below, already reported (strict mode raises it): out of step as it is
+            raise
+        except Exception as exc:  # a bug of ours: excluded with a NaN reward, never an outcome the agent is taught by
+            error = report_bug("env.step", exc)
+            obs = (f"[internal error of repogym in {error.where} ({error.message}): not your doing; "
+                   "the episode ends]")
+            info["error"], info["internal_error"] = "internal_error", error.record()
+            info["eval"] = {"status": Status.INTERNAL_ERROR, "error": error.record()}
+            info["exclude"] = True
+            reward, truncated = float("nan"), True
+            if self._sandbox is not None:  # what the bug left half done is not trusted: a fresh sandbox on reset
+                self._sandbox.dirty_reason = self._sandbox.dirty_reason or f"internal error: {error.message}"
         obs = truncate(clean_text(obs), self.config.observation_limit)
         measured = self._measure(obs)  # tokenized once; again only if a budget's note is appended below
         budget = None if terminated or truncated else self._over_budget(measured)
@@ -317,15 +337,13 @@ class RepoTaskEnv(gym.Env):
         if terminated or truncated:
             self._done = True
             info["well_formed_calls"] = self.well_formed
-            if "eval" in info and info["eval"].get("status") == Status.INFRA_ERROR:
-                info["infra_error"] = info["eval"].get("error")
         info["duration_s"] = round(time.monotonic() - start, 4)
         info["usage"] = self._count(obs, None if budget else measured)
         if self.fork_info is not None and self.turn == self.fork_info["source_turn"] + 1:
             info["fork"] = self.fork_info
         self._last_obs = obs
         # Absent rather than None: vector envs stack info values by type, and None breaks that.
-        return obs, float(reward), terminated, truncated, {k: v for k, v in info.items() if v is not None}
+        return obs, float(reward), terminated, truncated, cast(StepInfo, {k: v for k, v in info.items() if v is not None})
 
     def _measure(self, obs: str) -> dict[str, int]:
         usage = {"observation_chars": len(obs)}
@@ -333,7 +351,7 @@ class RepoTaskEnv(gym.Env):
             usage["observation_tokens"] = len(self._tokenizer.encode(obs, add_special_tokens=False))
         return usage
 
-    def _count(self, obs: str, measured: dict[str, int] | None = None) -> dict[str, Any]:
+    def _count(self, obs: str, measured: dict[str, int] | None = None) -> UsageInfo:
         """This observation's size (``measured`` when already known) and the episode's running totals
         (``info["usage"]``)."""
         usage = measured or self._measure(obs)
@@ -341,9 +359,9 @@ class RepoTaskEnv(gym.Env):
             self._usage[key] += value
         self._usage["turns"] = self.turn
         self._usage["wall_s"] = round(time.monotonic() - self._started, 3)
-        return {**usage, "episode": dict(self._usage)}
+        return cast(UsageInfo, {**usage, "episode": dict(self._usage)})
 
-    def _over_budget(self, measured: dict[str, int]) -> dict[str, Any] | None:
+    def _over_budget(self, measured: dict[str, int]) -> TruncationInfo | None:
         """The first budget this step's observation would end (turns, observation tokens, wall time), or None."""
         c = self.config
         if self.turn >= c.max_turns:
@@ -375,22 +393,21 @@ class RepoTaskEnv(gym.Env):
         episode.tree_id = tree
         return ""
 
-    def _finish(self, why: str, info: dict[str, Any], record: EvalRecord | None = None) -> tuple[str, float]:
+    def _finish(self, why: str, info: StepInfo, record: EvalRecord | None = None) -> tuple[str, float]:
         """Grade the diff (or take ``record`` when nothing can be graded); fill ``info`` with eval, analysis
         and reward components; return (obs, reward)."""
         patch = ""
         if record is None:
             record, patch = self._grade_diff()
-        self.last_patch, self.last_eval = patch, record
-        info["eval"] = record.to_dict()
         analysis = None
         if self.config.analyze_final_diff or self.config.reward.needs_analysis:
-            try:
-                analysis = (analyze_sandbox(self._sandbox, self.task, patch).to_dict() if patch.strip()
-                            else copy.deepcopy(_EMPTY_ANALYSIS))
-                info["analysis"] = analysis
-            except Exception as exc:  # the reward must not hinge on an analysis bug; record it instead
-                info["analysis"] = {"error": f"{type(exc).__name__}: {exc}"}
+            analysis, record = self._analyze(patch, record, info)
+        self.last_patch, self.last_eval = patch, record
+        info["eval"] = record.to_dict()
+        if record.status is Status.INFRA_ERROR:
+            info["infra_error"] = record.error
+        elif record.status is Status.INTERNAL_ERROR:
+            info["internal_error"] = record.error
         episode = self.ctx.episode
         facts = EpisodeFacts(eval=record, turns=self.turn, well_formed=self.well_formed, analysis=analysis,
                              tests_after_last_edit=tests_since_last_edit(episode),
@@ -401,31 +418,63 @@ class RepoTaskEnv(gym.Env):
         if components is not None:
             info["reward_components"] = components
         if excluded(record.status, reward):
-            info["exclude"] = True  # infrastructure failed (no components) or no reward: drop from training
+            info["exclude"] = True  # infrastructure failed or a bug of ours (no components), or no reward: drop it
         summary = record.status.value
         if record.fail_to_pass:
             summary += (f" (FAIL_TO_PASS {record.fail_to_pass['passed']}/{record.fail_to_pass['total']}, "
                         f"PASS_TO_PASS {record.pass_to_pass['passed']}/{record.pass_to_pass['total']})")
         return f"[{why}; evaluation: {summary}]", reward
 
+    def _analyze(self, patch: str, record: EvalRecord, info: StepInfo) -> tuple[DiffAnalysis | None, EvalRecord]:
+        """The analysis of the final diff (``info["analysis"]``) and the record the reward is computed from.
+
+        When the analysis cannot be had, ``info["analysis"]`` says why and the reward stands without it, unless
+        the reward needs it: then the record becomes the failure's (``infra_error`` when the sandbox was lost from
+        outside, ``internal_error`` for a bug of ours), excluded, since a reward computed without it would be
+        wrong. What the agent's sandbox refused (its files, its kill) never excludes an episode."""
+        from repogym.envs.analysis import DiffAnalysis
+        try:
+            analysis = analyze_sandbox(self._sandbox, self.task, patch) if patch.strip() else DiffAnalysis()
+        except (SandboxRequestError, SandboxRefused, SandboxKilledByAgent) as exc:  # the agent's sandbox, its doing
+            info["analysis"] = {"error": f"{type(exc).__name__}: {exc}"}
+            return None, record
+        except InfraError as exc:  # the sandbox lost from outside
+            info["analysis"] = {"error": f"{type(exc).__name__}: {exc}"}
+            if self.config.reward.needs_analysis and record.status is not Status.INTERNAL_ERROR:
+                record = replace(record, status=Status.INFRA_ERROR, error=exc.record())
+            return None, record
+        except InternalError:  # a bug below, already reported (strict mode raises it)
+            raise
+        except Exception as exc:  # a bug of ours: never a reward computed as if the diff were clean
+            error = report_bug("env.analysis", exc)
+            info["analysis"] = {"error": error.message}
+            if self.config.reward.needs_analysis:
+                record = replace(record, status=Status.INTERNAL_ERROR, error=error.record())
+            return None, record
+        info["analysis"] = analysis.to_dict()
+        return analysis, record
+
     def _grade_diff(self) -> tuple[EvalRecord, str]:
-        """The evaluation of the agent's diff; never raises. A diff that cannot be taken is the agent's doing
-        (``unresolved``) unless the sandbox was lost from outside (``infra_error``)."""
+        """The evaluation of the agent's diff; never raises but for a bug of ours in strict mode. A diff that
+        cannot be taken is the agent's doing (``unresolved``) unless the sandbox was lost from outside
+        (``infra_error``); a bug of ours while grading is ``internal_error`` (excluded), never a 0."""
         try:
             patch = self._sandbox.diff()
         except (SandboxRequestError, SandboxKilledByAgent) as exc:
             self._sandbox.dirty_reason = self._sandbox.dirty_reason or f"diff failed: {exc}"
+            where = exc.where if isinstance(exc, SandboxKilledByAgent) else "env.diff"
             return EvalRecord(self.task.instance_id, Status.UNRESOLVED, error={
-                "where": getattr(exc, "where", "env.diff"), "message": f"the diff could not be taken: {exc}"}), ""
+                "where": where, "message": f"the diff could not be taken: {exc}"}), ""
         except InfraError as exc:
             self._sandbox.dirty_reason = self._sandbox.dirty_reason or str(exc)
-            return EvalRecord(self.task.instance_id, Status.INFRA_ERROR,
-                              error={"where": exc.where, "message": exc.message}), ""
+            return EvalRecord(self.task.instance_id, Status.INFRA_ERROR, error=exc.record()), ""
         try:
             return grade(self.task, patch, self._grading_pool(self.task).acquire, timeout=self.config.eval_timeout), patch
-        except Exception as exc:  # grade turns every failure into a record; this is a bug of ours: a 0, recorded
-            return EvalRecord(self.task.instance_id, Status.UNRESOLVED, error={
-                "where": "env.grade", "message": f"internal error while grading: {type(exc).__name__}: {exc}"}), patch
+        except InternalError:  # a bug below, already reported (strict mode raises it)
+            raise
+        except Exception as exc:  # grade turns every failure of the agent or the world into a record: this is ours
+            error = report_bug("env.grade", exc)
+            return EvalRecord(self.task.instance_id, Status.INTERNAL_ERROR, error=error.record()), patch
 
     # -- branching --------------------------------------------------------------------------------------
     def fork(self, n: int) -> list[RepoTaskEnv]:
@@ -477,10 +526,11 @@ class RepoTaskEnv(gym.Env):
             for child in forks:
                 child.close()
             raise
-        info = {"source_turn": self.turn, "forks": n, "not_copied": list(state.not_copied),
-                "processes": "not copied", "state_bytes": state.size, "latency_s": round(time.monotonic() - start, 4)}
+        info: ForkInfo = {"source_turn": self.turn, "forks": n, "not_copied": list(state.not_copied),
+                          "processes": "not copied", "state_bytes": state.size,
+                          "latency_s": round(time.monotonic() - start, 4)}
         for child in forks:
-            child.fork_info = dict(info)
+            child.fork_info = copy.deepcopy(info)
         return forks
 
     def _branch(self) -> RepoTaskEnv:
@@ -525,7 +575,7 @@ class RepoTaskEnv(gym.Env):
         tools = "\n".join(f"- {t.name}({', '.join(t.parameters.get('properties', {}))}): {t.description}"
                           for t in map(TOOLS.resolve, self._tool_names()))
         # The prompt of a /repo sandbox stays byte for byte what it was (golden trajectories hold it).
-        where = getattr(self._sandbox, "repo_dir", "/repo")
+        where = self._sandbox.repo_dir
         where = "/repo" if where == "/repo" else f"{where} (also reachable as /repo)"
         return (f"You are fixing an issue in the repository {task.repo}, checked out at {where} "
                 f"(the current directory).\n\n<issue>\n{task.problem_statement.strip()}\n</issue>\n\n"

@@ -2,17 +2,22 @@
 
 import json
 import math
+from dataclasses import replace
 
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 import repogym.envs  # noqa: F401
+from repogym.envs import StepInfo, repo_env
+from repogym.envs.core import bugs
 from repogym.envs.core.episode_state import EpisodeState, TestRunRecord
-from repogym.envs.core.errors import ConfigError
+from repogym.envs.core.errors import ConfigError, InternalError
+from repogym.envs.core.status import Status, excluded
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv, truncate
+from repogym.envs.rewards import EvalRecord
 from repogym.envs.rewards import facts as episode_facts  # its tests_since_last_edit would be collected as a test
-from repogym.envs.core.status import Status
+from repogym.envs.tools import TOOLS
 
 
 def call(name, **arguments):
@@ -305,3 +310,93 @@ def test_default_reward_reports_its_one_component(env, tiny_task):
     env.step(call("apply_patch", patch=tiny_task.patch))
     obs, reward, *_, info = env.step(call("submit"))
     assert reward == 1.0 and info["reward_components"] == {"tests": 1.0}
+
+
+# -- bugs of ours: loud in strict mode, else an excluded episode (never a reward of 0) ---------------------------
+def _broken_diff_tool(monkeypatch):
+    """The ``diff`` tool with a bug: its run raises KeyError."""
+    def run(ctx, args):
+        raise KeyError("no_such_key")
+    monkeypatch.setitem(TOOLS._entries, "diff", replace(TOOLS.resolve("diff"), run=run))
+
+
+def test_a_bug_in_a_tool_raises_out_of_step_in_strict_mode(env, monkeypatch):
+    monkeypatch.setenv(bugs.STRICT_ENV, "1")
+    _broken_diff_tool(monkeypatch)
+    env.reset()
+    with pytest.raises(InternalError, match="KeyError") as caught:
+        env.step(call("diff"))
+    assert caught.value.where == "env.step" and isinstance(caught.value.__cause__, KeyError)
+
+
+def test_a_bug_in_a_tool_ends_the_episode_as_an_excluded_internal_error(env, monkeypatch, tiny_task):
+    monkeypatch.setenv(bugs.STRICT_ENV, "0")
+    _broken_diff_tool(monkeypatch)
+    env.reset()
+    env.step(call("edit", path="calc/ops.py", old="high - 1", new="high"))
+    obs, reward, term, trunc, info = env.step(call("diff"))
+    assert (term, trunc) == (False, True) and math.isnan(reward) and info["exclude"] is True
+    assert info["internal_error"]["where"] == "env.step" and "KeyError" in info["internal_error"]["message"]
+    assert info["eval"] == {"status": "internal_error", "error": info["internal_error"]}
+    assert info["error"] == "internal_error" and "reward_components" not in info
+    assert "internal error of repogym" in obs and "the episode ends" in obs
+    record = EvalRecord.from_dict(info["eval"], instance_id=info["task_id"])
+    assert record.status is Status.INTERNAL_ERROR and excluded(record.status, reward)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(call("bash", command="echo hi"))
+    env.reset()  # and the environment goes on: a fresh episode from the base
+    obs, *_ = env.step(call("bash", command="git status --short"))
+    assert obs.startswith("[no output")
+    env.step(call("apply_patch", patch=tiny_task.patch))
+    assert env.step(call("submit"))[1] == 1.0
+
+
+def test_a_grading_bug_is_an_internal_error_not_a_zero(env, monkeypatch):
+    def grade(*args, **kwargs):
+        raise KeyError("fail_to_pass")
+    monkeypatch.setattr(repo_env, "grade", grade)
+    env.reset()
+    with pytest.raises(InternalError, match="KeyError"):  # strict, as the suite runs
+        env.step(call("submit"))
+    monkeypatch.setenv(bugs.STRICT_ENV, "0")
+    env.reset()
+    obs, reward, term, trunc, info = env.step(call("submit"))
+    assert term and math.isnan(reward) and info["exclude"] is True and "reward_components" not in info
+    assert info["eval"]["status"] is Status.INTERNAL_ERROR and info["internal_error"]["where"] == "env.grade"
+    assert info["eval"]["error"] == info["internal_error"] and "evaluation: internal_error" in obs
+
+
+def test_an_analysis_bug_excludes_the_episode_only_when_the_reward_needs_the_analysis(backend, tiny_task, monkeypatch):
+    def analyze(*args, **kwargs):
+        raise KeyError("changed")
+    monkeypatch.setattr(repo_env, "analyze_sandbox", analyze)
+    monkeypatch.setenv(bugs.STRICT_ENV, "0")
+    for reward_config, needs in (("default", False), ("process", True)):
+        environment = RepoTaskEnv(task=tiny_task, sandbox=backend, config=EnvConfig(max_turns=5, reward=reward_config))
+        try:
+            environment.reset()
+            environment.step(call("apply_patch", patch=tiny_task.patch))
+            obs, reward, term, trunc, info = environment.step(call("submit"))
+            assert info["analysis"] == {"error": "KeyError: 'changed'"}
+            if needs:  # a reward computed as if the diff had no analysis would be wrong: none at all
+                assert math.isnan(reward) and info["exclude"] and info["eval"]["status"] == "internal_error"
+                assert info["internal_error"]["where"] == "env.analysis"
+                assert info["eval"]["tests"]["tests/test_hidden.py::test_clamp_above"] == "passed"  # graded all the same
+            else:
+                assert reward == 1.0 and info["eval"]["status"] == "resolved" and "exclude" not in info
+        finally:
+            environment.close()
+
+
+def test_step_info_declares_every_key_reset_and_step_write(env, tiny_task):
+    declared = set(StepInfo.__annotations__)
+    obs, info = env.reset()
+    seen = set(info)
+    for action in (call("bash", command="echo hi"), call("view", path="calc/ops.py"), call("search", pattern="def"),
+                   call("edit", path="calc/ops.py", old="high - 1", new="high"), call("run_tests"),
+                   call("inspect_diff"), call("create", path="x.py", content="X = 1\n"), "not a call",
+                   call("submit")):
+        *_, info = env.step(action)
+        seen |= set(info)
+    assert seen <= declared, seen - declared
+    assert {"eval", "analysis", "reward_components", "well_formed_calls", "usage", "turn"} <= seen

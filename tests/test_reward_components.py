@@ -1,11 +1,13 @@
 """Each reward component on hand-made episode facts, the facts from an episode's state, presets,
-registration, statuses, infra errors."""
+registration, statuses, infra and internal errors, an evaluation record's round trip through ``info``."""
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
+from repogym.envs.analysis import DiffAnalysis
 from repogym.envs.core.episode_state import EpisodeState, TestRunRecord
 from repogym.envs.core.errors import ConfigError
 from repogym.envs.core.registry import Registry
@@ -15,9 +17,9 @@ from repogym.envs.rewards.components import (PRESETS, EpisodeFacts, RewardConfig
 from repogym.envs.rewards.evaluate import EvalRecord
 from repogym.envs.core.status import Status, excluded
 
-COVER = {"tests": [{"name": "t.a", "file": "tests/t.py", "line": 1, "test_id": "tests/t.py::test_a"},
-                   {"name": "t.b", "file": "tests/t.py", "line": 5, "test_id": "tests/t.py::test_b"}],
-         "changed": [{"name": "pkg.f"}], "dependents": [], "syntax_errors": [], "unresolved": []}
+COVER = DiffAnalysis(tests=[{"name": "t.a", "file": "tests/t.py", "line": 1, "test_id": "tests/t.py::test_a"},
+                            {"name": "t.b", "file": "tests/t.py", "line": 5, "test_id": "tests/t.py::test_b"}],
+                     changed=[{"name": "pkg.f"}])
 
 
 def record(status="resolved", tests=None, f2p=(1, 1), p2p=(2, 2)):
@@ -50,7 +52,7 @@ def test_dependents_checked_counts_covering_tests_run_after_the_last_edit():
     both = facts(tests_after_last_edit={"tests/t.py::test_a": "passed", "tests/t.py::test_b": "failed"})
     assert compute_reward(config, both)[1]["dependents_checked"] == 1.0
     assert compute_reward(config, facts(changed_anything=False))[1]["dependents_checked"] == 0.0
-    nothing_covers = dict(COVER, tests=[])
+    nothing_covers = replace(COVER, tests=[])
     assert compute_reward(config, facts(analysis=nothing_covers, ran_tests_after_last_edit=True))[0] == 1.0
     assert compute_reward(config, facts(analysis=nothing_covers))[0] == 0.0
 
@@ -65,10 +67,11 @@ def test_dependents_broken_penalises_failing_covering_pass_to_pass():
 
 def test_syntax_format_steps():
     config = RewardConfig(weights={"syntax": 1.0, "format": 1.0, "steps": 0.01})
-    broken = dict(COVER, syntax_errors=[{"file": "pkg/a.py", "line": 3, "message": "ERROR"}])
+    broken = replace(COVER, syntax_errors=[{"file": "pkg/a.py", "line": 3, "message": "ERROR"}])
     total, parts = compute_reward(config, facts(analysis=broken))
     assert parts == {"syntax": -1.0, "format": 0.75, "steps": -4.0}
     assert total == pytest.approx(-1.0 + 0.75 - 0.04)
+    assert compute_reward(config, facts(analysis=None))[1]["syntax"] == 0.0  # no analysis ran: no penalty
 
 
 def test_process_preset_mirrors_the_design():
@@ -92,9 +95,10 @@ def test_presets_are_a_registry_whose_miss_lists_the_names():
     assert RewardConfig.preset("checked").weights["tests"] == 1.0
 
 
-def test_infra_errors_get_no_components():
-    total, parts = compute_reward(RewardConfig.preset("process"), facts(eval=record(Status.INFRA_ERROR)))
-    assert math.isnan(total) and parts is None and excluded(Status.INFRA_ERROR, total)
+@pytest.mark.parametrize("status", [Status.INFRA_ERROR, Status.INTERNAL_ERROR])
+def test_infra_and_internal_errors_get_no_components(status):
+    total, parts = compute_reward(RewardConfig.preset("process"), facts(eval=record(status)))
+    assert math.isnan(total) and parts is None and excluded(status, total)
     total, parts = compute_reward(RewardConfig.preset("process"), facts(eval=record("unresolved")))
     assert parts is not None and not excluded(Status.UNRESOLVED, total)
 
@@ -106,6 +110,25 @@ def test_an_eval_record_status_is_a_status_and_its_json_a_plain_string():
     assert record(Status.PATCH_FAILED).status is Status.PATCH_FAILED and not record(Status.PATCH_FAILED).resolved
     with pytest.raises(ValueError, match="expected a status in .*'resolved'.*, got 'solved'"):
         record("solved")
+
+
+def test_an_eval_record_comes_back_from_its_dict():
+    graded = EvalRecord("x", "unresolved", tests={"t::a": "failed"}, fail_to_pass={"passed": 0, "total": 1},
+                        error={"where": "rewards.report", "message": "no report"}, guards={"twin": "ok"}, attempts=2)
+    text = json.loads(json.dumps(graded.to_dict()))  # as a trajectory holds it
+    back = EvalRecord.from_dict(text)
+    assert back == graded and back.status is Status.UNRESOLVED
+    text["tests"]["t::a"] = "passed"
+    assert back.tests == {"t::a": "failed"}  # its own copy
+    # info["eval"] of an episode never graded holds only its status (and error); the task id comes from the caller
+    ended = EvalRecord.from_dict({"status": "internal_error", "error": {"where": "env.step", "message": "KeyError"}},
+                                 instance_id="task-1")
+    assert (ended.instance_id, ended.status, ended.error["where"], ended.tests) == (
+        "task-1", Status.INTERNAL_ERROR, "env.step", {})
+    with pytest.raises(ValueError, match="expected the fields of an EvalRecord .*got \\['statuss'\\]"):
+        EvalRecord.from_dict({"status": "resolved", "statuss": "resolved"})
+    with pytest.raises(ValueError, match="status"):
+        EvalRecord.from_dict({"instance_id": "x"})
 
 
 def test_tests_since_last_edit_reads_the_episode_state():

@@ -1,12 +1,14 @@
-"""Grading: statuses, per-test results, retries, and infrastructure errors that never become a plain 0."""
+"""Grading: statuses, per-test results, retries, and infrastructure errors and bugs of ours that never become a
+plain 0."""
 
 import math
 from dataclasses import replace
 
 import pytest
 
-from repogym.envs.core.errors import SandboxError
-from repogym.envs.rewards import grade, reward_of
+from repogym.envs.core import bugs
+from repogym.envs.core.errors import InternalError, SandboxError
+from repogym.envs.rewards import evaluate, grade, reward_of
 from repogym.envs.rewards.validate import validate_task
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
 from repogym.envs.core.status import Status
@@ -108,3 +110,17 @@ def test_a_task_with_no_fail_to_pass_test_is_never_resolved(factory, tiny_task):
     # Loading refuses such a task (tests/test_task_schema.py); one built in code still cannot pay.
     record = grade(replace(tiny_task, FAIL_TO_PASS=[]), "", factory)
     assert record.status == Status.UNRESOLVED and record.pass_to_pass["passed"] == record.pass_to_pass["total"] == 3
+
+
+@pytest.mark.parametrize("broken", ["plant_twins", "snapshot"])  # while grading; while setting up the sandbox
+def test_a_grading_bug_is_an_internal_error_never_a_zero_nor_infrastructure(factory, tiny_task, monkeypatch, broken):
+    def bug(*args, **kwargs):
+        raise KeyError("oops")
+    monkeypatch.setattr(evaluate, broken, bug)
+    with pytest.raises(InternalError, match="KeyError") as caught:  # strict, as the suite runs
+        grade(tiny_task, tiny_task.patch, factory)
+    assert caught.value.where == "rewards.grade"
+    monkeypatch.setenv(bugs.STRICT_ENV, "0")
+    record = grade(tiny_task, tiny_task.patch, factory)
+    assert record.status == Status.INTERNAL_ERROR and math.isnan(reward_of(record)) and record.attempts == 1
+    assert record.error == {"where": "rewards.grade", "message": "KeyError: 'oops'"}

@@ -12,7 +12,8 @@ __all__ = ["EvalRecord", "grade", "reward_of", "run_tests"]
 
 
 def reward_of(record: EvalRecord) -> float:
-    """1.0 resolved, 0.0 otherwise; NaN for ``infra_error`` so it can never be averaged in as a silent 0."""
-    if record.status == Status.INFRA_ERROR:
+    """1.0 resolved, 0.0 otherwise; NaN for ``infra_error`` and ``internal_error`` so neither can ever be averaged in
+    as a silent 0."""
+    if record.status in (Status.INFRA_ERROR, Status.INTERNAL_ERROR):
         return float("nan")
     return 1.0 if record.resolved else 0.0

@@ -14,7 +14,9 @@ Components (values before weighting):
 - ``format``: the share of tool calls that were well formed.
 - ``steps`` (a cost): minus the number of turns; give it a small weight (e.g. 0.01 per turn).
 
-``infra_error`` episodes get no components at all and a NaN reward: they are flagged for exclusion.
+``infra_error`` and ``internal_error`` episodes get no components at all and a NaN reward: they are flagged for
+exclusion. A component reads the episode's facts as objects (:class:`EpisodeFacts`: the
+:class:`repogym.envs.rewards.evaluate.EvalRecord`, the :class:`repogym.envs.analysis.DiffAnalysis`), never ``info``.
 Register your own with :func:`register_component`, and named weightings with :func:`register_preset`. The
 facts components read come from :mod:`repogym.envs.rewards.facts`.
 """
@@ -23,11 +25,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from repogym.envs.core.registry import Registry
-from repogym.envs.rewards.evaluate import EvalRecord
 from repogym.envs.core.status import Status
+from repogym.envs.rewards.evaluate import EvalRecord
+
+if TYPE_CHECKING:  # the analysis (tree-sitter) is imported on use
+    from repogym.envs.analysis import DiffAnalysis
 
 
 @dataclass
@@ -40,8 +45,8 @@ class EpisodeFacts:
     """Steps taken (malformed calls and the submit included)."""
     well_formed: int
     """Of those, the calls that parsed and named a known tool with valid arguments."""
-    analysis: dict[str, Any] | None = None
-    """``DiffAnalysis.to_dict()`` of the final diff, when the analysis ran."""
+    analysis: DiffAnalysis | None = None
+    """The analysis of the final diff, when it ran (an empty one for an empty diff)."""
     tests_after_last_edit: dict[str, str] = field(default_factory=dict)
     """Outcome of every test the agent ran after its last change to the repository."""
     changed_anything: bool = False
@@ -52,7 +57,12 @@ class EpisodeFacts:
     """The task's PASS_TO_PASS ids."""
 
 
-Component = Callable[..., float]
+class Component(Protocol):
+    """A reward component: the value of one named term of the reward, before weighting."""
+
+    def __call__(self, facts: EpisodeFacts, **options: Any) -> float: ...
+
+
 COMPONENTS: Registry[Component] = Registry("reward component")
 
 
@@ -68,7 +78,7 @@ def component(name: str) -> Component:
 
 def covering_tests(facts: EpisodeFacts) -> set[str]:
     """Test ids the analysis says reach the changed symbols or their dependents."""
-    return {t["test_id"] for t in (facts.analysis or {}).get("tests", []) if t.get("test_id")}
+    return {t["test_id"] for t in (facts.analysis.tests if facts.analysis else []) if t.get("test_id")}
 
 
 def _tests(facts: EpisodeFacts, fraction: bool = False) -> float:
@@ -96,7 +106,7 @@ def _dependents_broken(facts: EpisodeFacts) -> float:
 
 
 def _syntax(facts: EpisodeFacts) -> float:
-    return -1.0 if (facts.analysis or {}).get("syntax_errors") else 0.0
+    return -1.0 if facts.analysis and facts.analysis.syntax_errors else 0.0
 
 
 def _format(facts: EpisodeFacts) -> float:
@@ -155,8 +165,8 @@ class RewardConfig:
 
 
 def compute_reward(config: RewardConfig, facts: EpisodeFacts) -> tuple[float, dict[str, float] | None]:
-    """``(total, {component: value})``; ``(nan, None)`` for infrastructure errors."""
-    if facts.eval.status == Status.INFRA_ERROR:
+    """``(total, {component: value})``; ``(nan, None)`` for infrastructure errors and bugs of ours."""
+    if facts.eval.status in (Status.INFRA_ERROR, Status.INTERNAL_ERROR):
         return math.nan, None
     values = {name: float(component(name)(facts, **config.options.get(name, {}))) for name in config.weights}
     return sum(config.weights[n] * v for n, v in values.items()), values

@@ -35,12 +35,15 @@ gone: a :class:`SandboxError` the backend did not blame on the inside). Anything
 from __future__ import annotations
 
 import codecs
+import copy
 import shlex
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Callable, Mapping
 
-from repogym.envs.core.errors import InfraError, SandboxError, SandboxRefused
+from repogym.envs.core.bugs import report_bug
+from repogym.envs.core.errors import (
+    InfraError, InternalError, LocatedError, RepogymError, SandboxError, SandboxRefused, SandboxRequestError)
 from repogym.envs.rewards.twins import TwinPlan, plant_twins
 from repogym.envs.rewards.guards import check_run, harness_reach, tripped
 from repogym.envs.rewards.ids import MISSING, PASSED, django_id, outcomes_of
@@ -60,8 +63,8 @@ class EvalRecord:
 
     instance_id: str
     status: Status
-    """``resolved``, ``unresolved``, ``patch_failed`` or ``infra_error`` (a plain string is taken as its
-    :class:`Status`)."""
+    """``resolved``, ``unresolved``, ``patch_failed``, ``infra_error`` or ``internal_error`` (a plain string is taken
+    as its :class:`Status`)."""
     tests: dict[str, str] = field(default_factory=dict)
     """Outcome of every FAIL_TO_PASS and PASS_TO_PASS test (``missing`` when the report lacks it)."""
     fail_to_pass: dict[str, int] = field(default_factory=dict)
@@ -69,7 +72,7 @@ class EvalRecord:
     dropped: list[str] = field(default_factory=list)
     """Files removed from the patch as test tampering."""
     error: dict[str, str] | None = None
-    """``{"where", "message"}`` for patch failures, tripped guards and infrastructure errors."""
+    """``{"where", "message"}`` for patch failures, tripped guards, infrastructure errors and bugs of ours."""
     guards: dict[str, str] = field(default_factory=dict)
     """Each guard of the test run (``twin``, ``report``, ``exit_status``, ``summary``): ``ok`` or why it
     tripped; empty when the tests never ran."""
@@ -105,6 +108,23 @@ class EvalRecord:
             del record["error"]
         return record
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], instance_id: str = "") -> EvalRecord:
+        """The record :meth:`to_dict` wrote (``info["eval"]``, a trajectory's end), back as an object.
+
+        ``info["eval"]`` of an episode that was never graded holds only ``status`` (and ``error``): the other
+        fields take their defaults, and ``instance_id`` (the record's own, else this argument) names the task.
+        ``resolved`` is derived from ``status`` and read from no dict; any other unknown key is an error."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known - {"resolved"})
+        if unknown:
+            raise ValueError(f"expected the fields of an EvalRecord ({', '.join(sorted(known))}), got {unknown}")
+        if "status" not in data:
+            raise ValueError(f"expected an EvalRecord's status, got the keys {sorted(data)}")
+        values = {k: copy.deepcopy(v) for k, v in data.items() if k in known}
+        values.setdefault("instance_id", instance_id)
+        return cls(**values)
+
 
 def test_files(test_ids: list[str]) -> list[str]:
     """The files that hold some test ids (``path::name`` ids; a bare id is taken as a path)."""
@@ -134,10 +154,10 @@ def run_targets(task: Task, runner: str | None = None) -> list[str]:
     return test_files(wanted)
 
 
-def protected_paths(task: Task) -> list[str]:
+def protected_paths(task: Task, runner: str | None = None) -> list[str]:
     """The task's own test files (those holding FAIL_TO_PASS/PASS_TO_PASS and those its ``test_patch``
-    touches) and its runner's own files."""
-    runner = runner_name(task.setup)
+    touches) and its runner's own files (``runner``: the task's, when not given)."""
+    runner = runner or runner_name(task.setup)
     if runner == "django":
         held = {f"tests/{m.replace('.', '/')}.py" for m in _django_modules(task.FAIL_TO_PASS + task.PASS_TO_PASS)}
     elif runner == "sympy":
@@ -161,10 +181,14 @@ def health_check(sandbox: Sandbox, runner: str = "pytest") -> None:
 
 def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeout: float = 900.0,
           retries: int = 1) -> EvalRecord:
-    """Grade ``patch`` for ``task``, each attempt in a new sandbox from ``make_sandbox``."""
+    """Grade ``patch`` for ``task``, each attempt in a new sandbox from ``make_sandbox``.
+
+    Never raises but for a bug of ours in strict mode: a bug (an exception neither the agent's patch nor the
+    infrastructure explains) is :func:`report_bug`'d and graded ``internal_error`` (excluded), never a 0."""
     runner = runner_name(task.setup)  # an unknown runner is the task's error, before any sandbox starts
     start = time.monotonic()
-    kept, dropped = filter_patch(patch, protected_paths(task))
+    protected = protected_paths(task, runner)
+    kept, dropped = filter_patch(patch, protected)
     reach = harness_reach(patch)
     last: InfraError | None = None
     for attempt in range(1, retries + 2):
@@ -173,34 +197,56 @@ def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeou
             sandbox = make_sandbox()
             health_check(sandbox, runner)
             sandbox.load(snapshot(task))
-        except Exception as exc:  # nothing of the agent's has run yet: this, and only this, is infrastructure
+        except InternalError:  # a bug below, already reported (strict mode): not infrastructure
+            if sandbox is not None:
+                sandbox.close()
+            raise
+        except (RepogymError, OSError) as exc:
+            # Nothing of the agent's has run yet: a failure here is the infrastructure's (a backend or its daemon,
+            # the host, the task's source repository), and only here.
             last = exc if isinstance(exc, InfraError) else InfraError("rewards.health_check", f"{type(exc).__name__}: {exc}")
             if sandbox is not None:
                 sandbox.close()
             continue
+        except Exception as exc:  # a bug of ours while setting up: excluded, never a 0
+            if sandbox is not None:
+                sandbox.close()
+            return _internal_error(task, report_bug("rewards.grade", exc), dropped, attempt, start, reach)
         try:
-            record = _grade_once(task, kept, list(dropped), sandbox, timeout, runner)
+            record = _grade_once(task, kept, list(dropped), sandbox, timeout, runner, protected)
         except SandboxError as exc:  # lost from outside: an inside kill is SandboxKilledByAgent, a hang TestRunTimeout
             last = exc
             continue
-        except Exception as exc:  # the sandbox was healthy; whatever broke now, the patch broke it
-            where = getattr(exc, "where", "rewards.grade")  # typed errors (InfraError, SandboxKilledByAgent) say where
-            message = getattr(exc, "message", f"{type(exc).__name__}: {exc}")
-            record = _record(task, Status.UNRESOLVED, dropped, {}, {"where": where, "message": message})
+        except InternalError:  # a bug below, already reported (strict mode)
+            raise
+        except (LocatedError, SandboxRequestError, FileNotFoundError, IsADirectoryError) as exc:
+            # The sandbox was healthy: what fails now, the patch's code caused (the runner killed from inside, a
+            # hang, a refused request, a file the patch replaced), so it is graded unresolved, never excluded.
+            error = exc.record() if isinstance(exc, LocatedError) else {
+                "where": "rewards.grade", "message": f"{type(exc).__name__}: {exc}"}
+            record = _record(task, Status.UNRESOLVED, dropped, {}, error, runner=runner)
+        except Exception as exc:  # a bug of ours, not the patch's: excluded, never a 0 that is trained on
+            return _internal_error(task, report_bug("rewards.grade", exc), dropped, attempt, start, reach)
         finally:
             sandbox.close()
         record.attempts, record.duration_s, record.harness_reach = attempt, time.monotonic() - start, reach
         return record
-    return EvalRecord(task.instance_id, Status.INFRA_ERROR, dropped=dropped,
-                      error={"where": last.where, "message": last.message},
+    return EvalRecord(task.instance_id, Status.INFRA_ERROR, dropped=dropped, error=last.record(),
                       attempts=retries + 1, duration_s=time.monotonic() - start, harness_reach=reach)
+
+
+def _internal_error(task: Task, error: InternalError, dropped: list[str], attempt: int, start: float,
+                    reach: list[str]) -> EvalRecord:
+    """The record of a grading a bug of ours ended (``internal_error``: excluded from training)."""
+    return EvalRecord(task.instance_id, Status.INTERNAL_ERROR, dropped=list(dropped), error=error.record(),
+                      attempts=attempt, duration_s=time.monotonic() - start, harness_reach=reach)
 
 
 def _record(task: Task, status: Status, dropped: list[str], outcomes: dict[str, str],
             error: dict[str, str] | None = None, log: str = "", guards: dict[str, str] | None = None,
-            plan: TwinPlan | None = None, docs: dict[str, str] | None = None) -> EvalRecord:
+            plan: TwinPlan | None = None, docs: dict[str, str] | None = None, *, runner: str) -> EvalRecord:
     """The evaluation record of ``outcomes``: a graded test absent from them is ``missing``."""
-    tests = outcomes_of(task.FAIL_TO_PASS + task.PASS_TO_PASS, outcomes, runner=runner_name(task.setup), docs=docs)
+    tests = outcomes_of(task.FAIL_TO_PASS + task.PASS_TO_PASS, outcomes, runner=runner, docs=docs)
     f2p = sum(tests[t] == "passed" for t in task.FAIL_TO_PASS)
     p2p = sum(tests[t] == "passed" for t in task.PASS_TO_PASS)
     return EvalRecord(task.instance_id, status, tests=tests, fail_to_pass={"passed": f2p, "total": len(task.FAIL_TO_PASS)},
@@ -209,8 +255,8 @@ def _record(task: Task, status: Status, dropped: list[str], outcomes: dict[str, 
                       unprotected=list(plan.unprotected) if plan else [])
 
 
-def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, timeout: float,
-                runner: str = "pytest") -> EvalRecord:
+def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, timeout: float, runner: str,
+                protected: list[str]) -> EvalRecord:
     if kept.strip():
         sandbox.write_file(".repogym-agent.patch", kept.encode())
         applied = sandbox.run("git apply --whitespace=nowarn .repogym-agent.patch && rm .repogym-agent.patch",
@@ -218,13 +264,13 @@ def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, tim
         if not applied.ok:
             return EvalRecord(task.instance_id, Status.PATCH_FAILED, dropped=dropped,
                               error={"where": "rewards.apply_patch", "message": applied.stderr.strip()[-2000:]})
-        _revert_tampering(task, sandbox, dropped)
+        _revert_tampering(protected, sandbox, dropped)
     if task.test_patch.strip():
         sandbox.write_file(".repogym-test.patch", task.test_patch.encode())
         added = sandbox.run("git apply --whitespace=nowarn .repogym-test.patch && rm .repogym-test.patch", timeout=120)
         if not added.ok:
             return _record(task, Status.UNRESOLVED, dropped, {}, {"where": "rewards.test_patch", "message":
-                               f"the task's test_patch does not apply: {added.stderr.strip()[-800:]}"})
+                               f"the task's test_patch does not apply: {added.stderr.strip()[-800:]}"}, runner=runner)
     wanted = list(dict.fromkeys(task.FAIL_TO_PASS + task.PASS_TO_PASS))
     targets = run_targets(task, runner)
     near = targets if runner == "sympy" else [p for p in touched_paths(task.test_patch) if p.endswith(".py")]
@@ -244,14 +290,17 @@ def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, tim
         name, why = next(iter(tripped(guards).items()))
         error = {"where": f"rewards.guard.{name}", "message": why}
     elif task.FAIL_TO_PASS and all(outcome == PASSED for outcome in graded.values()):  # a task must be able to fail
-        return _record(task, Status.RESOLVED, dropped, outcomes, log=log, guards=guards, plan=plan, docs=docs)
+        return _record(task, Status.RESOLVED, dropped, outcomes, log=log, guards=guards, plan=plan, docs=docs,
+                       runner=runner)
     elif missing:
         error = {"where": "rewards.report", "message": f"{missing} of {len(wanted)} graded tests have no result"}
-    return _record(task, Status.UNRESOLVED, dropped, outcomes, error, log, guards=guards, plan=plan, docs=docs)
+    return _record(task, Status.UNRESOLVED, dropped, outcomes, error, log, guards=guards, plan=plan, docs=docs,
+                   runner=runner)
 
 
-def _revert_tampering(task: Task, sandbox: Sandbox, dropped: list[str]) -> None:
-    """Put back, from the base, every tamper path the applied patch changed (whatever the patch text looked like)."""
+def _revert_tampering(protected: list[str], sandbox: Sandbox, dropped: list[str]) -> None:
+    """Put back, from the base, every tamper path the applied patch changed (whatever the patch text looked like);
+    ``protected``: the task's :func:`protected_paths`."""
     # One name a line (NUL-separated output would read as binary); git C-quotes names with odd characters.
     # -f: a file .gitignore hides (``__pycache__/``, ``*.egg-info``) is still something the patch changed.
     listed = sandbox.run("git add -A -f && git -c core.quotePath=false diff --cached --no-renames --name-only repogym-base"
@@ -261,10 +310,10 @@ def _revert_tampering(task: Task, sandbox: Sandbox, dropped: list[str]) -> None:
     if not listed.ok or listed.truncated:
         why = "the list is over 16 MiB" if listed.ok else listed.stderr.strip()[-400:]
         raise SandboxRefused("rewards.tamper", f"could not list the changed files: {why}")
-    protected = set(protected_paths(task))
+    keep = set(protected)
     for name in sorted(_unquote(p) for p in listed.stdout.splitlines() if p):
         quoted = shlex.quote(name)
-        if is_tamper_path(name, protected):
+        if is_tamper_path(name, keep):
             _put_back(sandbox, quoted, "rm -rf")
             if name not in dropped:
                 dropped.append(name)

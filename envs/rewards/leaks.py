@@ -33,7 +33,7 @@ import uuid
 from pathlib import PurePosixPath
 from typing import Callable
 
-from repogym.envs.sandbox.base import REPO_DIR, Sandbox
+from repogym.envs.sandbox.base import Sandbox
 from repogym.envs.tasks.repos import snapshot
 from repogym.envs.tasks.schema import Task
 
@@ -138,7 +138,7 @@ def _filesystem(sandbox: Sandbox, folder: str, kinds: dict[str, list[str]], root
                 timeout: float) -> list[str]:
     if roots is None:
         # The work tree (/repo, or a dataset image's workdir) holds the base, where no searched line is.
-        work_tree = shlex.quote(getattr(sandbox, "repo_dir", REPO_DIR))
+        work_tree = shlex.quote(sandbox.repo_dir)
         listed = sandbox.run(f"for d in /*; do case $d in /proc|/sys|/dev|/usr|/repo|{work_tree}) ;; *) [ -d \"$d\" ] && [ ! -L \"$d\" ] && echo \"$d\";; "
                              "esac; done; [ -d /usr/local ] && echo /usr/local; "
                              "python -c 'import sys; print(chr(10).join(p for p in sys.path if p))' 2>/dev/null")

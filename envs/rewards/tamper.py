@@ -114,5 +114,5 @@ def pytest_section(name: str, text: str) -> str | None:
         parser = configparser.ConfigParser(interpolation=None)
         parser.read_string(text)
         return repr({s: dict(parser[s]) for s in parser.sections() if s in ("tool:pytest", "pytest")})
-    except Exception:
+    except Exception:  # the agent's file: whatever a parser raises on it, it counts as changed (fail closed)
         return "<unparsable>"

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from repogym.envs.core.errors import ConfigError, InfraError
+from repogym.envs.core.errors import ConfigError, InfraError, LocatedError
 from repogym.envs.rewards.evaluate import grade
 from repogym.envs.rewards.leaks import find_leaks
 from repogym.envs.rewards.tamper import is_shadow_path
@@ -95,7 +95,7 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
         return result
     baselines = [grade(task, "", make_sandbox) for _ in range(runs)]
     for label, record in [("gold", gold)] + [(f"baseline {i + 1}", r) for i, r in enumerate(baselines)]:
-        if record.status == Status.INFRA_ERROR:
+        if record.status in (Status.INFRA_ERROR, Status.INTERNAL_ERROR):  # nothing judged: the task is not at fault
             result.infra_errors.append(f"{label}: {record.error['where']}: {record.error['message']}")
     if leaks:
         try:
@@ -140,11 +140,14 @@ def validate_tasks(tasks: list[Task], factory_for: Callable[[Task], Callable[[],
             snapshot(task)  # the repository first: without it nothing else can be judged
         except (ConfigError, InfraError) as exc:
             verdict = Validation(task.instance_id)
-            verdict.fail("no_source", f"repository not available: {getattr(exc, 'message', exc)}"[:1200])
+            why = exc.message if isinstance(exc, LocatedError) else str(exc)
+            verdict.fail("no_source", f"repository not available: {why}"[:1200])
             return verdict
         try:
             make, make_agent = factory_for(task), (agent_factory_for or factory_for)(task)
-        except Exception as exc:  # one task's environment, not the whole run: a verdict like the others
+        except Exception as exc:
+            # Building the task's environment (a docker build, a registry, wheel downloads, the task's own setup)
+            # failed outside repogym: one task's verdict like the others, not the end of the whole run.
             verdict = Validation(task.instance_id)
             verdict.fail("env_build", f"environment not built: {type(exc).__name__}: {exc}"[:1200])
             return verdict

@@ -39,7 +39,7 @@ class ToolContext:
     @property
     def repo_dir(self) -> str:
         """Where the repository lives in the sandbox (``/repo``, or a dataset image's workdir such as ``/testbed``)."""
-        return getattr(self.sandbox, "repo_dir", REPO_DIR)
+        return self.sandbox.repo_dir
 
 
 @dataclass(frozen=True)
