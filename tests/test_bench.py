@@ -135,14 +135,14 @@ def test_episode_row_counts_calls_errors_tokens_and_self_correction():
 
 def test_statuses_are_status_values_and_nan_rewards_are_excluded(tmp_path):
     result = EpisodeResult("t", "a", "resolved", 1.0, 1, 0.1)
-    assert result.status is Status.RESOLVED and result.resolved and not result.infra_error
+    assert result.status is Status.RESOLVED and result.resolved and not result.excluded
     # A NaN reward is excluded like an infrastructure failure, whatever the status says, and stored as one.
     lost = EpisodeResult("t", "a", "unresolved", float("nan"), 1, 0.1)
-    assert lost.status is Status.UNRESOLVED and lost.infra_error and not lost.resolved
+    assert lost.status is Status.UNRESOLVED and lost.excluded and not lost.resolved
     config = BenchConfig(agent="null", suite="s", db=tmp_path / "r.db")
     spec = plan(config, [task("t")], set())[0]
     stored = episode_row(config, spec, lost)
-    assert (stored.status, stored.reward) == (Status.INFRA_ERROR, None) and stored.infra_error
+    assert (stored.status, stored.reward) == (Status.INFRA_ERROR, None) and stored.excluded
     # SQLite keeps the plain string; it reads back as a Status. An outcome Status does not name stays a string.
     with ResultsDB(tmp_path / "r.db") as db:
         db.add_episode(stored)
@@ -152,7 +152,7 @@ def test_statuses_are_status_values_and_nan_rewards_are_excluded(tmp_path):
     assert raw == {"status": "infra_error", "kind": "text"}
     assert back["t"] is Status.INFRA_ERROR and back["t2"] == "not_submitted"
     assert EpisodeRow(agent="a", suite="s", task_id="t", sample=0, seed=0, status="unresolved", reward=None,
-                      turns=1, wall_s=1.0).infra_error  # no reward: excluded from every rate
+                      turns=1, wall_s=1.0).excluded  # no reward: excluded from every rate
 
 
 def test_unknown_agent_lists_the_agents_and_bad_options_are_config_errors():
@@ -160,7 +160,7 @@ def test_unknown_agent_lists_the_agents_and_bad_options_are_config_errors():
     with pytest.raises(ConfigError) as caught:
         make_agent("nope")
     assert all(name in str(caught.value) for name in AGENTS.names())
-    with pytest.raises(ConfigError, match="agent 'oracle' rejected its options \\['bogus'\\]"):
+    with pytest.raises(ConfigError, match="agent 'oracle' has no option 'bogus'; its options: context, style, suite"):
         make_agent("oracle", bogus=1)
     with pytest.raises(ConfigError, match="expected style 'patch' or 'edit'"):
         make_agent("oracle", style="diff")
@@ -197,7 +197,7 @@ def test_bad_agent_config_files_are_clean_errors(tmp_path, capsys):
     (tmp_path / "broken.json").write_text('{"model": ')
     (tmp_path / "bogus.yaml").write_text("bogus: 1\n")
     cases = [("list.yaml", "expected a mapping of options, got list"), ("broken.json", "not valid YAML or JSON"),
-             ("bogus.yaml", "agent 'oracle' rejected its options ['bogus', 'tasks']")]
+             ("bogus.yaml", "agent 'oracle' has no option 'bogus'")]
     for name, message in cases:
         assert main(["bench", "--agent", "oracle", "--suite", "builtin", "--limit", "1", "--sandbox", "local",
                      "--agent-config", str(tmp_path / name), "--db", str(tmp_path / "r.db"), "--no-progress"]) == 2
@@ -274,6 +274,9 @@ class FailsOnTask:
             raise InfraError("llm", "connection refused")
         return self.oracle.act(observation, info)
 
+    def turn_record(self):
+        return None
+
 
 def test_agent_infra_errors_are_stored_as_data(tmp_path):
     require_backend("local")
@@ -299,6 +302,9 @@ class Buggy:
 
     def act(self, observation, info):
         raise RuntimeError("agent bug")
+
+    def turn_record(self):
+        return None
 
 
 def test_an_agent_bug_stops_the_run_and_propagates(tmp_path):
@@ -377,3 +383,40 @@ def test_ctrl_c_stops_cleanly(tmp_path):
     kept = stored(db)
     assert 1 <= len(kept) < limit
     assert_rows_complete(kept)
+
+
+def test_internal_errors_are_stored_apart_excluded_and_reported_loudly(tmp_path, monkeypatch, capsys):
+    require_backend("local")
+    from repogym.envs.repo_env import RepoTaskEnv
+
+    def broken_tool(self, name):
+        raise KeyError("a bug of ours")
+
+    monkeypatch.setenv("REPOGYM_STRICT", "0")  # counted, not raised: as a real run sees it
+    monkeypatch.setattr(RepoTaskEnv, "_tool", broken_tool)
+    config = BenchConfig(agent="oracle", suite="builtin", db=tmp_path / "r.db", limit=1, sandbox="local",
+                         progress=False)
+    report = run_bench(config)
+    assert report.internal_errors == 1
+    [row] = stored(tmp_path / "r.db")
+    assert (row.status, row.reward, row.excluded, row.internal_error) == (Status.INTERNAL_ERROR, None, True, True)
+    assert row.error["where"] == "env.step" and "a bug of ours" in row.error["message"]
+    [s] = report.summaries
+    assert (s.internal_errors, s.infra_errors, s.episodes) == (1, 0, 1) and math.isnan(s.resolved_rate)
+    assert "0 (0%) + 1 internal" in summary_table(report.summaries)
+    err = capsys.readouterr().err
+    assert "INTERNAL ERRORS: 1 of 1 episodes ended in a bug of repogym's" in err and "repogym.bugs" in err
+
+
+def test_an_internal_error_row_keeps_its_status_and_a_nan_reward_row_is_an_infra_error(tmp_path):
+    config = BenchConfig(agent="null", suite="s", db=tmp_path / "r.db")
+    spec = plan(config, [task("t")], set())[0]
+    error = {"where": "env.step", "message": "KeyError: 'x'"}
+    bug = EpisodeResult("t", "a", Status.INTERNAL_ERROR, float("nan"), 2, 0.1, {"status": "internal_error",
+                                                                              "error": error})
+    row = episode_row(config, spec, bug)
+    assert (row.status, row.reward, row.error) == (Status.INTERNAL_ERROR, None, error)
+    infra = episode_row(config, spec, EpisodeResult("t", "a", "resolved", float("nan"), 2, 0.1))
+    assert (infra.status, infra.reward) == (Status.INFRA_ERROR, None)
+    [s] = summarize([row, infra, episode_row(config, spec, EpisodeResult("t", "a", "resolved", 1.0, 2, 0.1))])
+    assert (s.episodes, s.infra_errors, s.internal_errors, s.resolved_rate) == (3, 1, 1, 1.0)

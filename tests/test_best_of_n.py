@@ -55,6 +55,9 @@ class Scripted:
             return IDLE
         return self.queue.pop(0) if self.queue else call("submit")
 
+    def turn_record(self):
+        return None
+
 
 @pytest.fixture(scope="module")
 def suite(tiny_task, tmp_path_factory) -> str:

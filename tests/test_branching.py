@@ -93,13 +93,13 @@ def test_a_branch_after_the_first_failing_tests_makes_g_continuations_sharing_th
     out = branching_rollout(env, agent_for(engine, tokenizer), BranchingConfig(at="after_failing_tests", group=4),
                             seed=5, trajectory=path)
     assert len(out) == 4 and len(forks) == 3
-    prefix = out[0].branch["prefix_tokens"]
+    prefix = out[0].branch.prefix_tokens
     first_two = [ids for _, _, ids in engine.calls[:2]]
     for k, c in enumerate(out):
         b = c.branch
-        assert (b["index"], b["size"], b["turn"], b["prefix_tokens"]) == (k, 4, 2, prefix)
-        assert b["id"] == out[0].branch["id"] and closes_request(b) == (k == 3)
-        assert b["prefix_generated"] == sum(len(ids) for ids in first_two)
+        assert (b.index, b.size, b.turn, b.prefix_tokens) == (k, 4, 2, prefix)
+        assert b.id == out[0].branch.id and closes_request(b) == (k == 3)
+        assert b.prefix_generated == sum(len(ids) for ids in first_two)
         tokens = c.result.tokens
         # The same prefix, token for token; masked out of the loss in every continuation; the rest is its own.
         assert tokens.ids[:prefix] == out[0].result.tokens.ids[:prefix]
@@ -119,7 +119,7 @@ def test_a_branch_after_the_first_failing_tests_makes_g_continuations_sharing_th
     for k, c in enumerate(out):
         name = path if k == 0 else path.with_name(f"ep.b{k}.jsonl")
         traj = read_trajectory(name)
-        assert traj.end["branch"] == c.branch and [s["action"] for s in traj.steps][:2] == [
+        assert traj.end["branch"] == c.branch.to_dict() and [s["action"] for s in traj.steps][:2] == [
             s["action"] for s in read_trajectory(path).steps][:2]
         assert traj.tokens().ids == c.result.tokens.ids
     # Every fork was closed (their sandboxes back); the source env goes on.
@@ -163,7 +163,7 @@ def test_branching_off_changes_nothing(tiny_task, tokenizer):
         try:
             if branched:
                 [c] = branching_rollout(env, agent_for(engine, tokenizer), BranchingConfig(), seed=3)
-                assert c.branch == {"id": None, "index": 0, "size": 1, "reason": "branching off"}
+                assert c.branch.to_dict() == {"id": None, "index": 0, "size": 1, "reason": "branching off"}
                 results.append(c.result)
             else:
                 results.append(run_episode(env, agent_for(engine, tokenizer), seed=3))
@@ -190,12 +190,12 @@ def test_a_refused_fork_falls_back_to_one_plain_episode(tiny_task, tokenizer, tm
                                 trajectory=tmp_path / "ep.jsonl")
     finally:
         env.close()
-    assert c.branch["id"] is None and c.branch["reason"].startswith("fork refused:")
-    assert "prefix_tokens" not in c.branch and closes_request(c.branch)
+    assert c.branch.id is None and c.branch.reason.startswith("fork refused:")
+    assert "prefix_tokens" not in c.branch.to_dict() and closes_request(c.branch)
     # Played to its end as one episode, every generated token credited.
     assert c.result.resolved and c.result.turns == 4
     assert sum(c.result.tokens.mask) == sum(len(ids) for _, _, ids in engine.calls)
-    assert read_trajectory(tmp_path / "ep.jsonl").end["branch"] == c.branch
+    assert read_trajectory(tmp_path / "ep.jsonl").end["branch"] == c.branch.to_dict()
     assert not list(tmp_path.glob("ep.b*.jsonl"))
 
 
@@ -205,7 +205,7 @@ def test_no_branch_point_reached_is_a_plain_episode_and_says_so(env, tiny_task, 
     monkeypatch.setattr(env, "fork", refuse)
     engine = ScriptedEngine(tokenizer, tiny_task.patch)
     [c] = branching_rollout(env, agent_for(engine, tokenizer), BranchingConfig(at="turn:9", group=2), seed=1)
-    assert c.branch["reason"] == "no branch point reached" and c.result.resolved
+    assert c.branch.reason == "no branch point reached" and c.result.resolved
 
 
 def test_fork_refused_raised_by_the_env_also_falls_back(env, tiny_task, tokenizer, monkeypatch):
@@ -214,7 +214,7 @@ def test_fork_refused_raised_by_the_env_also_falls_back(env, tiny_task, tokenize
     monkeypatch.setattr(env, "fork", refuse)
     engine = ScriptedEngine(tokenizer, tiny_task.patch)
     [c] = branching_rollout(env, agent_for(engine, tokenizer), BranchingConfig(at="after_failing_tests"), seed=2)
-    assert c.branch["reason"] == "fork refused: the sandbox died by the agent's hand" and c.result.turns == 4
+    assert c.branch.reason == "fork refused: the sandbox died by the agent's hand" and c.result.turns == 4
 
 
 def test_an_agent_fork_sees_exactly_the_prefix_its_source_saw(tokenizer, tiny_task):
@@ -255,15 +255,20 @@ def test_the_worker_branches_training_episodes_only(tiny_task):
     from repogym.envs.core.status import Status
     from repogym.trainer.fleet import EpisodeRequest, RolloutWorker, WorkerSpec
 
-    spec = WorkerSpec(tasks=[tiny_task], env=EnvConfig(sandbox="local", max_turns=2), agent="null",
-                      branching=BranchingConfig(at="turn:1", group=2))
+    from repogym.envs.core.errors import ConfigError, InternalError
+
+    branching = BranchingConfig(at="turn:1", group=2)
+    with pytest.raises(ConfigError, match="branching needs an agent that can fork \\(hf\\), got agent 'null'"):
+        WorkerSpec(tasks=[tiny_task], agent="null", branching=branching)
+    spec = WorkerSpec(tasks=[tiny_task], env=EnvConfig(sandbox="local", max_turns=2), agent="null")
+    spec.branching = branching  # past the spec's check: the null agent stands in for an hf one, for speed
     worker = RolloutWorker(spec)
     try:
-        # An evaluation is never branched; a training episode is, and the null agent cannot fork: said, not crashed.
+        # An evaluation is never branched; a training episode is, and an agent that cannot fork is a bug, loud.
         [evaluation] = worker.run_all(EpisodeRequest(tiny_task.instance_id, 0, tag="eval"))
         assert evaluation.branch is None and evaluation.status != Status.INFRA_ERROR
-        [train] = worker.run_all(EpisodeRequest(tiny_task.instance_id, 0))
-        assert train.status == Status.INFRA_ERROR and "fork(seed)" in train.error["message"]
+        with pytest.raises(InternalError, match="fork\\(seed\\)"):
+            worker.run_all(EpisodeRequest(tiny_task.instance_id, 0))
     finally:
         slot = worker._slots.get()
         if slot["env"] is not None:

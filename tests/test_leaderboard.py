@@ -121,6 +121,9 @@ class Scripted:
     def act(self, observation, info) -> str:
         return self.queue.pop(0)
 
+    def turn_record(self) -> None:
+        return None
+
 
 def _call(name: str, **arguments) -> str:
     return json.dumps({"name": name, "arguments": arguments})

@@ -339,7 +339,7 @@ def test_config_reads_the_environment_and_checks_values(monkeypatch):
     assert LLMConfig(base_url="http://h/v1/").url == "http://h/v1/chat/completions"
     with pytest.raises(ConfigError, match="max_retries"):
         LLMConfig(max_retries=-1)
-    with pytest.raises(ConfigError, match="unknown LLMAgent option"):
+    with pytest.raises(ConfigError, match="LLMAgent has no option"):
         LLMAgent(temprature=0.5)
     agent = make_agent("llm", model="m", temperature=0.7)
     assert isinstance(agent, LLMAgent) and (agent.config.model, agent.config.temperature) == ("m", 0.7)

@@ -22,7 +22,7 @@ from repogym.agents import Agent
 from repogym.agents.rollout import EpisodeResult
 from repogym.agents.trajectory import TokenSequence
 from repogym.envs.core.bugs import report_bug
-from repogym.envs.core.errors import InfraError
+from repogym.envs.core.errors import ConfigError, InfraError
 from repogym.envs.core.registry import Registry
 from repogym.envs.repo_env import EnvConfig
 from repogym.envs.step_info import ErrorInfo
@@ -116,6 +116,8 @@ class WorkerSpec:
     def __post_init__(self):
         if not isinstance(self.env, EnvConfig):
             raise TypeError(f"WorkerSpec.env: expected an EnvConfig, got {type(self.env).__name__}")
+        if self.branching is not None and self.branching.enabled and self.agent != "hf":
+            raise ConfigError(f"branching needs an agent that can fork (hf), got agent {self.agent!r}")
 
 
 class _TimedEngine:
