@@ -241,6 +241,8 @@ def test_make_algorithm_resolves_by_name_and_a_miss_lists_every_algorithm():
         make_algorithm("nope")
     with pytest.raises(ConfigError, match=r"algorithm 'grpo': .*group_sise"):
         make_algorithm("grpo", {"group_sise": 4})
+    with pytest.raises(ConfigError, match="unknown algorithm 'nope'"):
+        make_algorithm("nope", {"group_size": 4})  # the name first: no options to check against
     with pytest.raises(ConfigError, match="negative_scale"):
         make_algorithm("grpo", {"negative_scale": -1})
     with pytest.raises(ConfigError, match="hidden_size"):
@@ -250,15 +252,16 @@ def test_make_algorithm_resolves_by_name_and_a_miss_lists_every_algorithm():
 
 @pytest.mark.parametrize("name, options, expected", [
     ("grpo", {"group_size": 4, "temperature": 0.7, "loss_agg": "sequence", "epochs": 2, "kl_coef": 0.1},
-     {"group_size": 4, "temperature": 0.7, "loss_agg": "sequence", "epochs": 2, "needs_hidden": False,
-      "needs_reference": True, "needs_old_pass": False}),
-    ("grpo", {"tis_cap": 2.0}, {"needs_hidden": False, "needs_old_pass": True}),
+     {"group_size": 4, "temperature": 0.7, "loss_agg": "sequence", "agg_length": 1024, "epochs": 2,
+      "needs_hidden": False, "needs_reference": True, "needs_old_pass": False}),
+    ("grpo", {"tis_cap": 2.0, "loss_agg": "constant", "agg_length": 64},
+     {"needs_hidden": False, "needs_old_pass": True, "agg_length": 64}),
     ("ppo", {"group_size": 2, "temperature": 0.9, "epochs": 3},
-     {"group_size": 2, "temperature": 0.9, "loss_agg": "token", "epochs": 3, "needs_hidden": True,
+     {"group_size": 2, "temperature": 0.9, "loss_agg": "token", "agg_length": None, "epochs": 3, "needs_hidden": True,
       "needs_reference": False, "needs_old_pass": True}),
     ("sft", {"loss_agg": "sequence"},
-     {"group_size": 1, "temperature": 1.0, "loss_agg": "sequence", "epochs": 1, "needs_hidden": False,
-      "needs_reference": False, "needs_old_pass": False}),
+     {"group_size": 1, "temperature": 1.0, "loss_agg": "sequence", "agg_length": None, "epochs": 1,
+      "needs_hidden": False, "needs_reference": False, "needs_old_pass": False}),
 ])
 def test_every_algorithm_provides_the_whole_protocol(name, options, expected):
     from repogym.trainer.algorithms import Algorithm, make_algorithm
@@ -278,6 +281,32 @@ def test_every_algorithm_provides_the_whole_protocol(name, options, expected):
     loss, metrics = algorithm.loss(logprobs, batch, 2.0, torch.zeros(1, 2) if algorithm.needs_reference else None,
                                    hidden=hidden)
     assert loss.dim() == 0 and metrics
+
+
+def test_an_option_typo_names_a_close_match_and_the_valid_options_and_a_constructor_bug_keeps_its_traceback(
+        monkeypatch):
+    from repogym.trainer.algorithms import ALGORITHMS, check_options, make_algorithm
+
+    with pytest.raises(ConfigError) as typo:
+        make_algorithm("grpo", {"group_sise": 4})
+    message = str(typo.value)
+    assert "unknown option 'group_sise' (did you mean 'group_size'?)" in message
+    assert "valid options: agg_length, baseline, clip_high, clip_low" in message and "tis_cap" in message
+    assert typo.value.__cause__ is None and typo.value.__context__ is None  # checked before anything is built
+    with pytest.raises(ConfigError, match=r"unknown options 'gama' \(did you mean 'gamma'\?\), 'zzz'; valid"):
+        check_options("ppo", {"gama": 1.0, "zzz": 2, "lam": 0.9})
+    check_options("sft", {"steps": 3, "loss_agg": "sequence"})
+    for name in ALGORITHMS:
+        check_options(name, {})
+
+    # A TypeError raised inside a constructor is a bug to read, not a config error: it propagates as it is.
+    def broken(options, hidden_size=None):
+        return GRPO(GRPOConfig(**options), hidden_size)  # GRPO takes no hidden_size: a TypeError of ours
+
+    monkeypatch.setattr(GRPO, "from_options", broken)
+    with pytest.raises(TypeError, match="positional argument") as bug:
+        make_algorithm("grpo", {"group_size": 4})
+    assert any(entry.name == "broken" for entry in bug.traceback)  # the traceback reaches into the constructor
 
 
 def test_truncated_episodes_count_in_their_group_and_are_left_out_of_the_loss():

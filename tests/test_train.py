@@ -144,6 +144,129 @@ def test_a_fleet_backend_is_found_by_name_and_a_typo_lists_the_backends(tmp_path
         load_config(None, ["fleet.backend=rya"])
 
 
+def test_the_weight_mover_is_chosen_by_engine_name_and_a_miss_lists_the_engines():
+    from repogym.trainer.inference.weights import (
+        WEIGHT_MOVERS, HFWeights, InferenceConfig, VLLMWeights, WeightMover, make_weight_mover)
+    from repogym.trainer.learner import LearnerConfig
+
+    assert WEIGHT_MOVERS.names() == ["hf", "vllm"]
+    assert (HFWeights.engine_actors, VLLMWeights.engine_actors) == (False, True)
+    with pytest.raises(ConfigError, match="unknown inference engine 'vlm': expected one of hf, vllm"):
+        make_weight_mover(InferenceConfig(engine="vlm"), LearnerConfig(), "/m", 0)
+    with pytest.raises(ConfigError, match="inference.engine: unknown inference engine 'vlm': expected one of hf, vllm"):
+        load_config(None, ["inference.engine=vlm"])
+
+    # hf: the learner's state goes to the fleet's in-process engines; no engine actors, nothing to start.
+    class Fleet:
+        pushed: list = []
+
+        def push_weights(self, state, version):
+            self.pushed.append((state, version))
+
+    class Learner:
+        def policy_state(self):
+            return {"w": torch.ones(2)}
+
+    mover = make_weight_mover(InferenceConfig(), LearnerConfig(), "/m", 0)
+    assert isinstance(mover, HFWeights) and isinstance(mover, WeightMover)
+    assert mover.engine_handles() == [] and mover.engine_pool() is None
+    fleet = Fleet()
+    metrics = mover.push(Learner(), fleet, 3)
+    assert list(metrics) == ["weight_sync/seconds"] and fleet.pushed[0][1] == 3
+    assert torch.equal(fleet.pushed[0][0]["w"], torch.ones(2))
+    mover.close()
+
+
+def test_an_algorithm_option_typo_stops_the_run_before_any_model_or_run_folder(tmp_path):
+    from repogym.trainer.config import AlgorithmConfig
+
+    with pytest.raises(ConfigError, match=r"unknown option 'group_sise' \(did you mean 'group_size'\?\)"):
+        Trainer(TrainConfig(run_dir=str(tmp_path / "run"), algorithm=AlgorithmConfig("grpo", {"group_sise": 4})))
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ConfigError, match=r"valid options: .*group_size"):
+        load_config(None, ["algorithm.options.group_sise=4"])
+    with pytest.raises(ConfigError, match="algorithm sft is the warm start"):
+        load_config(None, ["algorithm.name=sft"])
+    with pytest.raises(ConfigError, match=r"train.max_internal_error_rate must be in \[0, 1\]"):
+        load_config(None, ["train.max_internal_error_rate=2"])
+
+
+class _ScriptedFleet:
+    """A :class:`~repogym.trainer.fleet.Fleet` whose episodes end as scripted (``statuses``, in order; then
+    ``unresolved``), each at once: the trainer's loop without sandboxes or a model."""
+
+    restarts = 0
+
+    def __init__(self, statuses):
+        self.statuses, self.queue, self.versions = list(statuses), [], []
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.queue)
+
+    def submit(self, requests) -> None:
+        self.queue.extend(requests)
+
+    def wait(self, timeout=None):
+        from repogym.envs.core.status import Status
+        from repogym.trainer.fleet import EpisodeOutcome
+
+        if not self.queue:
+            return []
+        request = self.queue.pop(0)
+        status = self.statuses.pop(0) if self.statuses else Status.UNRESOLVED
+        if status == Status.INTERNAL_ERROR:
+            return [EpisodeOutcome.failed(request, status, {"where": "env.step", "message": "KeyError: 'eval'"},
+                                          agent="hf", worker=0)]
+        return [EpisodeOutcome(request.task_id, "hf", status, 0.0, 1, 0.1, request=request)]
+
+    def push_weights(self, state_dict, version: int) -> None:
+        self.versions.append(version)
+
+    def close(self) -> None:
+        self.queue.clear()
+
+
+def test_the_run_counts_internal_errors_and_stops_past_the_rate(tmp_path, monkeypatch):
+    """``charts/internal_errors`` counts episodes that ended in ``internal_error`` over the run; once they are more
+    than ``train.max_internal_error_rate`` of the episodes finished so far, the run stops with an error naming the
+    count, the rate and where the tracebacks are."""
+    from repogym.envs.core.errors import InternalError
+    from repogym.envs.core.status import Status
+
+    from repogym.trainer.tiny import TinyModelConfig, build_tiny
+
+    model = str(build_tiny(tmp_path / "model", ["a tiny corpus: no episode is generated here"] * 4,
+                           TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=1,
+                                           num_heads=2, num_kv_heads=1, copy_steps=0)))
+    U, bug = Status.UNRESOLVED, Status.INTERNAL_ERROR
+    # Steps of one group of 4 (no refills): 4 fine; 3 fine and a bug (1 of 8 <= 20%); then a bug (2 of 9 > 20%).
+    fleet = _ScriptedFleet([U, U, U, U, U, U, U, bug, bug])
+    config = _config(tmp_path / "run", model={"path": model},
+                     train={"steps": 3, "tasks_per_step": 1, "max_refills": 0, "checkpoint_every": 0,
+                            "max_internal_error_rate": 0.2})
+    trainer = Trainer(config, progress=False)
+    monkeypatch.setattr(trainer, "_make_fleet", lambda spec: fleet)
+    with pytest.raises(InternalError) as stop:
+        trainer.run()
+    message = str(stop.value)
+    assert "2 of 9 episodes ended in internal_error (22.2%, more than train.max_internal_error_rate 20.0%)" in message
+    assert "'repogym.bugs'" in message and "env.step: KeyError: 'eval'" in message
+    steps = _metrics(tmp_path / "run")
+    assert [(m["step"], m["charts/internal_errors"]) for m in steps] == [(1, 0), (2, 1)]
+    assert steps[1]["rollout/infra_errors"] == 1  # excluded from the group, never trained on
+    assert fleet.versions == [0]  # the first push; no step had signal to train on
+
+    # The default rate, 1%: the first bug in the first 100 episodes stops the run.
+    default = _config(tmp_path / "default", model={"path": model},
+                      train={"steps": 1, "tasks_per_step": 1, "max_refills": 0, "checkpoint_every": 0})
+    assert default.train.max_internal_error_rate == 0.01
+    trainer = Trainer(default, progress=False)
+    monkeypatch.setattr(trainer, "_make_fleet", lambda spec: _ScriptedFleet([U, bug]))
+    with pytest.raises(InternalError, match="1 of 2 episodes"):
+        trainer.run()
+
+
 def test_train_cli_reports_a_bad_config_without_a_traceback(tmp_path, capsys):
     from repogym.cli import main
 

@@ -31,6 +31,7 @@ from repogym.agents.models import resolve_model
 from repogym.envs.core.errors import ConfigError, InternalError
 from repogym.envs.core.rates import rate_metrics
 from repogym.envs.core.status import Status
+from repogym.envs.step_info import ErrorInfo
 from repogym.envs.tasks.suites import load_suite
 from repogym.envs.taskgen.recipes import ensure_suites
 from repogym.trainer.algorithms import make_algorithm
@@ -127,7 +128,7 @@ class InternalErrorBudget:
     """Episodes finished so far (training, evaluation and SFT collection alike)."""
     errors: int = 0
     """Of those, how many ended in ``internal_error`` (``charts/internal_errors``)."""
-    examples: list[dict[str, Any]] = field(default_factory=list)
+    examples: list[ErrorInfo] = field(default_factory=list)
     """The first few errors' ``{"where", "message"}``, for the stop's message."""
 
     def count(self, outcome: EpisodeOutcome) -> None:
@@ -139,7 +140,7 @@ class InternalErrorBudget:
         if outcome.error and len(self.examples) < 3:
             self.examples.append(outcome.error)
         if self.errors > self.max_rate * self.episodes:
-            seen = "; ".join(f"{e.get('where')}: {e.get('message')}" for e in self.examples) or "none recorded"
+            seen = "; ".join(f"{e['where']}: {e['message']}" for e in self.examples) or "none recorded"
             raise InternalError("trainer", (
                 f"{self.errors} of {self.episodes} episodes ended in internal_error ({self.errors / self.episodes:.1%}"
                 f", more than train.max_internal_error_rate {self.max_rate:.1%}): bugs of repogym's, not the agent's "
