@@ -10,7 +10,7 @@ from repogym.agents.hf import HFEngine
 from repogym.agents.policy import Completion
 from repogym.agents.trajectory import read_trajectory
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
-from repogym.envs.core.status import Status
+from repogym.envs.core.status import Status, excluded
 from repogym.envs.tasks import load_suite
 from repogym.envs.tasks.suites import find_task
 from repogym.integrations.mini_swe import MiniSweConfig, RepoGymEnvironment, run_mini_swe_episode
@@ -156,3 +156,32 @@ def test_the_environment_runs_commands_in_the_sandbox_and_submits_on_the_complet
         assert [s["command"] for s in environment.steps][-1] is None  # the submit
     finally:
         env.close()
+
+
+def test_a_bug_of_ours_in_the_proxy_or_the_env_ends_the_episode_as_internal_error_not_infra(tiny_lm, monkeypatch):
+    require_backend("local")
+    tokenizer, model = tiny_lm
+    # The engine seam raising a bug (no text left: IndexError), not an outage: the proxy answers 500 and marks it.
+    with ChatProxy(ScriptedEngine(tokenizer, model, []), tokenizer, ProxyConfig()) as proxy:
+        result = run_mini_swe_episode(proxy, TASK, config=MiniSweConfig(max_turns=4, env=ENV))
+    assert result.status == Status.INTERNAL_ERROR and excluded(result.status, result.reward) and result.turns == 0
+    assert result.eval["error"]["where"] == "integrations.proxy.complete"
+    assert "IndexError" in result.eval["error"]["message"] and "fail_to_pass" not in result.eval
+
+    # A bug the env caught in a tool (info["internal_error"]): the run ends there, nothing is graded.
+    real_step = RepoTaskEnv.step
+
+    def buggy(self, action):
+        if "caught-bug" in action:
+            return ("error (internal_error): the tool failed unexpectedly (KeyError: 'x')", 0.0, False, False,
+                    {"task_id": TASK, "turn": 1, "error": "internal_error",
+                     "internal_error": {"where": "env.step", "message": "KeyError: 'x'"}})
+        return real_step(self, action)
+
+    monkeypatch.setattr(RepoTaskEnv, "step", buggy)
+    engine = ScriptedEngine(tokenizer, model, [bash_call("echo caught-bug"), bash_call("ls")])
+    with ChatProxy(engine, tokenizer, ProxyConfig()) as proxy:
+        result = run_mini_swe_episode(proxy, TASK, config=MiniSweConfig(max_turns=4, env=ENV))
+    assert result.status == Status.INTERNAL_ERROR and excluded(result.status, result.reward) and result.turns == 1
+    assert result.eval == {"status": Status.INTERNAL_ERROR, "error": {"where": "env.step", "message": "KeyError: 'x'"}}
+    assert len(engine.texts) == 1  # the second answer was never asked for

@@ -211,6 +211,48 @@ def test_malformed_requests_get_4xx_or_an_error_reply_and_the_server_goes_on(ser
     assert httpx.get(server.url + "/health").json()["status"] == "healthy"
 
 
+def test_a_bug_of_ours_is_an_error_reply_that_says_so_and_a_caught_one_ends_the_episode(server, monkeypatch):
+    from repogym.envs.core import bugs
+    from repogym.envs.repo_env import RepoTaskEnv
+
+    real_step = RepoTaskEnv.step
+
+    def buggy(self, action):
+        command = json.dumps(action)
+        if "raise-a-bug" in command:  # a bug of ours escaping the env
+            raise KeyError("raise-a-bug")
+        if "caught-bug" in command:  # a bug the env caught in a tool and reported in info
+            return ("error (internal_error): the tool failed unexpectedly (KeyError: 'x')", 0.0, False, False,
+                    {"task_id": TASK, "turn": 1, "error": "internal_error",
+                     "internal_error": {"where": "env.step", "message": "KeyError: 'x'"}})
+        return real_step(self, action)
+
+    monkeypatch.setattr(RepoTaskEnv, "step", buggy)
+    monkeypatch.setenv(bugs.STRICT_ENV, "0")  # as in production: reported and answered (strict mode raises)
+    wait_for(lambda: len(server.sessions) < 2, 30, "a free session slot")
+    with ws_connect(server.ws_url) as socket:
+        def send(message) -> dict:
+            socket.send(json.dumps(message))
+            return json.loads(socket.recv(timeout=120))
+
+        def bash(command: str) -> dict:
+            return send({"type": "step", "data": {"name": "bash", "arguments": {"command": command}}})
+
+        assert send({"type": "reset", "data": {"task_id": TASK}})["type"] == "observation"
+        reply = bash("echo raise-a-bug")
+        assert reply["type"] == "error" and reply["data"]["code"] == "EXECUTION_ERROR"
+        assert "internal error (a bug of repogym's" in reply["data"]["message"]
+        assert "integrations.openenv.step" in reply["data"]["message"] and "raise-a-bug" in reply["data"]["message"]
+        reply = bash("echo still-here")  # the session goes on
+        assert reply["type"] == "observation" and "still-here" in reply["data"]["observation"]["text"]
+        reply = bash("echo caught-bug")
+        observation = reply["data"]["observation"]
+        assert reply["data"]["done"] and reply["data"]["reward"] is None
+        assert observation["eval_status"] == "internal_error" and observation["info"]["exclude"] is True
+        assert bash("ls")["data"]["observation"]["error"] == "episode_over"
+    assert bugs.bug_counts().get("integrations.openenv.step: KeyError")
+
+
 def test_http_mcp_cannot_take_the_sessions_of_websocket_clients(server):
     # The attack: POST /mcp openenv/session/create opened sessions outside the /ws gate that only the idle reaper
     # (600 s) closed, so two calls left every WebSocket client with a 503.

@@ -158,6 +158,23 @@ def test_an_infrastructure_failure_keeps_nan_unless_infra_reward_is_set(make, mo
     assert env.step(call("bash", command="ls"))["reward"] == 0.0
 
 
+def test_a_bug_the_env_caught_ends_the_episode_excluded_like_an_infrastructure_failure(make, monkeypatch):
+    buggy_step = (lambda action: ("error (internal_error): the tool failed unexpectedly (KeyError: 'x')", 0.0,
+                                  False, False, {"error": "internal_error",
+                                                 "internal_error": {"where": "env.step", "message": "KeyError: 'x'"}}))
+    env = make()
+    env.init([])
+    monkeypatch.setattr(env.env, "step", buggy_step)
+    out = env.step(call("bash", command="ls"))
+    assert out["done"] and math.isnan(out["reward"]) and out["metadata"]["exclude"] is True
+    assert out["metadata"]["status"] == "internal_error" and "reward" not in env.get_metrics()
+    assert out["metadata"]["eval"]["error"] == {"where": "env.step", "message": "KeyError: 'x'"}
+    env = make(infra_reward=0.0)
+    env.init([])
+    monkeypatch.setattr(env.env, "step", buggy_step)
+    assert env.step(call("bash", command="ls"))["reward"] == 0.0
+
+
 def test_without_skyrl_gym_the_error_names_the_extra(monkeypatch):
     monkeypatch.setattr(adapter, "_CLASS", None)
     for name in [m for m in sys.modules if m == "skyrl_gym" or m.startswith("skyrl_gym.")]:

@@ -155,6 +155,20 @@ def test_an_infrastructure_failure_is_an_error_on_the_trace_not_a_zero(monkeypat
     assert any("repogym infrastructure error in sandbox.run" in e.message for e in trace.errors)
 
 
+def test_a_bug_the_env_caught_ends_the_episode_as_an_internal_error_on_the_trace(monkeypatch):
+    def buggy(self, action):
+        return ("error (internal_error): the tool failed unexpectedly (KeyError: 'x')", 0.0, False, False,
+                {"error": "internal_error", "internal_error": {"where": "env.step", "message": "KeyError: 'x'"}})
+
+    monkeypatch.setattr(RepoTaskEnv, "step", buggy)
+    episode = Scripted([{"content": call("bash", command="ls")}, {"content": call("bash", command="ls")}]).episode()
+    trace = episode.traces[0]
+    assert not episode.ok and trace.rewards.get("repogym") is None
+    assert trace.info["repogym"]["status"] == "internal_error"
+    assert any("repogym internal error" in e.message and "KeyError" in e.message for e in trace.errors)
+    assert sum(m.role == "user" for m in trace.messages) == 1  # the first observation only: the step ended it
+
+
 def test_action_of_prefers_the_last_assistant_tool_call():
     assistant = vf.AssistantMessage(content="", tool_calls=[vf.ToolCall(id="1", name="diff", arguments="{}")])
     assert json.loads(adapter.action_of("", [assistant])) == {"name": "diff", "arguments": "{}"}
