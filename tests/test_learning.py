@@ -138,3 +138,34 @@ def test_trainable_layers_trains_the_top_layers_only_and_rejects_a_count_the_mod
     assert moved and all(k.startswith(("model.layers.1.", "model.norm.")) for k in moved), sorted(moved)
     with pytest.raises(ConfigError, match="between 1 and the model's decoder layers \\(2\\)"):
         Learner(build_tiny_model(tokenizer, two), LearnerConfig(device="cpu", trainable_layers=3), tokenizer.pad_token_id)
+
+
+def test_the_learner_and_the_learner_group_share_one_protocol_and_the_learner_sends_over_a_kept_group(tokenizer):
+    """``Learner`` is a ``PolicyLearner`` (as ``LearnerGroup`` is); ``send_weights`` streams its full weights as rank 0
+    of a sync group, keeps the connection for the next sync of the same group, and reconnects to a new group."""
+    import threading
+
+    from repogym.trainer.inference.weight_sync import SyncGroup, WeightReceiver, free_port
+    from repogym.trainer.learner import PolicyLearner
+    from repogym.trainer.learner_group import LearnerGroup
+
+    learner = Learner(build_tiny_model(tokenizer, TINY), LearnerConfig(device="cpu"), tokenizer.pad_token_id)
+    assert isinstance(learner, PolicyLearner)
+    for member in ("train_step", "set_lr", "finish_warm_start", "policy_state", "send_weights", "export", "state_dict",
+                   "load_state_dict", "close"):
+        assert callable(getattr(LearnerGroup, member)), member
+    expected = {name: t.to(torch.bfloat16) for name, t in learner.model.state_dict().items()}
+    senders = []
+    for group in [SyncGroup("127.0.0.1", free_port(), world_size=2)] * 2 + [SyncGroup("127.0.0.1", free_port(), 2)]:
+        receiver = WeightReceiver(group, 1, timeout_s=30) if not senders or group != senders[-1][0] else receiver
+        got: dict = {}
+        thread = threading.Thread(target=lambda: got.update((n, t.clone()) for n, t in receiver.receive()))
+        thread.start()
+        metrics = learner.send_weights(group, version=1)
+        thread.join(30)
+        senders.append((group, learner._sender))
+        assert set(got) == set(expected) and all(torch.equal(got[n], expected[n]) for n in expected)
+        assert metrics["weight_sync/bytes"] == 2 * sum(t.numel() for t in expected.values())
+    assert senders[0][1] is senders[1][1] and senders[2][1] is not senders[1][1]  # kept, then a new group's
+    learner.close()
+    assert learner._sender is None
