@@ -27,7 +27,8 @@ files of hostile episodes found on the host. Exit status 1 when anything leaked 
   containers after the env's previous episode ended, i.e. the episode in flight or the next one; local:
   a kill of any sandbox, as a ``bwrap`` names no env); hence none in the idle phase, and no more than kills;
 - the null agent never resolves; every oracle episode no kill could have reached resolves;
-- no episode raises anything but :class:`repogym.envs.core.errors.InfraError`, and no env thread hangs;
+- no episode raises anything but :class:`repogym.envs.core.errors.InfraError`, none ends ``internal_error`` (a bug
+  of repogym's the environment caught), and no env thread hangs;
 - every hostile episode scores exactly 0, as above (an ``infra_error`` a kill could have reached is excused,
   as for the others).
 
@@ -59,6 +60,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import gymnasium as gym
+from docker.errors import DockerException  # a dependency of repogym: the daemon's refusals, for the kills and cleanup
 
 from repogym.agents import make_agent
 from repogym.agents.oracle import OracleAgent
@@ -66,7 +68,7 @@ from repogym.agents.rollout import run_episode
 from repogym.envs.core.errors import ConfigError, InfraError
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
 from repogym.envs.sandbox import SandboxConfig
-from repogym.envs.core.status import Status
+from repogym.envs.core.status import Status, excluded
 from repogym.envs.tasks.schema import Task
 from repogym.envs.tasks.suites import find_task
 
@@ -97,7 +99,8 @@ class Episode:
     start: float
     end: float
     status: str
-    """An eval status, ``infra_error`` (reset included), or ``crash`` (an exception other than InfraError)."""
+    """An eval status, ``infra_error`` (reset included), ``internal_error`` (a bug of ours the env caught), or
+    ``crash`` (an exception other than InfraError)."""
     turns: int = 0
     reset_s: float | None = None
     steps: list[tuple[str, float]] = field(default_factory=list)
@@ -220,6 +223,10 @@ class SoakReport:
         if crashes:
             found.append(f"episodes raised something other than InfraError: {len(crashes)} "
                          f"(first: {crashes[0].error})")
+        bugs = [e for e in self.episodes if e.status == Status.INTERNAL_ERROR]
+        if bugs:
+            found.append(f"episodes ended on a bug of repogym's (internal_error): {len(bugs)} "
+                         f"(first: env {bugs[0].env}, {bugs[0].error})")
         load = self.phase("load")
         if not load:
             found.append("no episode finished under load")
@@ -408,6 +415,8 @@ exec cat
 """
 # Every library source file (not tests): what the hidden tests import, so code appended there runs in pytest.
 _LIBRARY = "git ls-files '*.py' | grep -Ev '(^|/)(tests?|testing)/|(^|/)(test_[^/]*|[^/]*_test|conftest)[.]py$'"
+# The attacker's code (text the hostile agent appends to the library in its sandbox), not repogym's: its bare
+# ``except Exception: pass`` is the attack's, so that a pytest without that hook still runs.
 _FORGE = """
 try:  # repogym soak: a hostile patch that makes every test pass without running it
     import _pytest.python as _repogym_hostile
@@ -535,16 +544,20 @@ def play(env: Timed, agents: dict[str, Any], tasks: list[Task], index: int, j: i
     episode = Episode(index, phase, agent_name, task.instance_id, start, start, CRASH, first=j == 0, attack=attack)
     try:
         result = run_episode(env, agents[agent_name], task_id=task.instance_id, seed=seed + j, agent_name=agent_name)
-        episode.status = Status.INFRA_ERROR if result.infra_error else result.status
+        if result.status == Status.INTERNAL_ERROR or not excluded(result.status, result.reward):
+            episode.status = result.status
+        else:  # excluded for the infrastructure (a NaN reward with any other status counts as that too)
+            episode.status = Status.INFRA_ERROR
         episode.reward = result.reward
         episode.turns, episode.grading_attempts = result.turns, result.eval.get("attempts", 0)
         episode.blamed_on_agent = result.info.get("error") == "sandbox_killed"
-        if result.infra_error:
+        if excluded(result.status, result.reward):
             error = result.info.get("infra_error") or result.eval.get("error") or {}
             episode.error = error.get("where")
     except InfraError as exc:  # reset could not bring a sandbox up, or (a bug) a step raised it
         episode.status, episode.error = Status.INFRA_ERROR, f"{'reset' if env.reset_s is None else 'step'}: {exc.where}"
-    except Exception as exc:  # a library bug the soak exposed: keep where it was raised
+    except Exception as exc:  # a library bug the soak exposed (what it looks for): a finding, kept with where it was
+        # raised; strict mode's InternalError lands here too
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         episode.error = f"{type(exc).__name__}: {exc} (at {Path(frame.filename).name}:{frame.lineno})"
     if attack is not None:
@@ -604,7 +617,7 @@ def _soak(n_envs: int, minutes: float, kill_every_s: float | None, backend: str,
     def close(env: Timed, index: int) -> None:
         try:
             env.close()
-        except Exception as exc:
+        except Exception as exc:  # the backend refusing to let go (a daemon) or a bug: either is a finding (problems)
             close_errors.append(f"env {index}: {type(exc).__name__}: {exc}")
 
     log(f"{run_id}: idle phase, 1 env, {idle_episodes} episodes ...")
@@ -677,8 +690,8 @@ def _soak(n_envs: int, minutes: float, kill_every_s: float | None, backend: str,
     for path in on_host:  # counted; an attack's marker must not stay on the machine
         try:
             os.remove(path)
-        except OSError:
-            pass
+        except OSError as exc:  # gone already, or written by a root the soak is not: say what stays
+            log(f"could not remove {path} (a hostile episode's file on the host): {exc}")
     left_after_gc = []
     if backend == "docker":
         from repogym.envs.sandbox.gc import reap
@@ -691,8 +704,8 @@ def _soak(n_envs: int, minutes: float, kill_every_s: float | None, backend: str,
     for container in leftovers:  # counted above; do not leave them on the machine
         try:
             container.remove(force=True)
-        except Exception:
-            pass
+        except (DockerException, OSError) as exc:  # the daemon refused, or the container was going already
+            log(f"could not remove container {container.name}: {type(exc).__name__}: {exc}")
     return report
 
 
@@ -717,7 +730,8 @@ def kill_one(backend: str, run_id: str, rng: random.Random) -> Kill:
         pid = rng.choice(boxes)
         os.kill(pid, signal.SIGKILL)
         return Kill(now, f"bwrap {pid}", None, True)
-    except Exception as exc:  # it exited or was removed between listing and kill
+    except (DockerException, OSError, InfraError) as exc:  # it exited or was removed between listing and kill (the
+        # daemon's NotFound, or ProcessLookupError), or no daemon answered (SandboxUnavailable)
         return Kill(now, "-", None, False, f"{type(exc).__name__}: {exc}")
 
 

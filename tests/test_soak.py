@@ -77,12 +77,34 @@ def test_leaks_are_problems(change, expected):
     ([_episode(agent="null", status="resolved")], [], "null-agent episodes resolved"),
     ([_episode(status="unresolved")], [], "did not resolve"),
     ([_episode(status="crash", error="KeyError: 'x'")], [], "other than InfraError"),
+    ([_episode(agent="null", status="internal_error", error="env.step")], [], "a bug of repogym's (internal_error)"),
     ([_episode(status="unresolved", blamed_on_agent=True)], [Kill(0.5, "c", 0, True)], "blamed on the agent"),
     ([], [], "no episode finished under load"),
 ])
 def test_broken_invariants_are_problems(episodes, kills, expected):
     problems = _report(episodes, kills).problems()
     assert any(expected in p for p in problems), problems
+
+
+def test_play_keeps_a_bug_of_ours_apart_from_an_infrastructure_failure(monkeypatch):
+    from types import SimpleNamespace
+
+    import benchmarks.soak as soak
+    from repogym.agents.rollout import EpisodeResult
+    from repogym.envs.core.status import Status
+
+    nan = float("nan")
+    results = iter([
+        EpisodeResult("t", "oracle", Status.INTERNAL_ERROR, nan, 1, 0.1,
+                      {"status": Status.INTERNAL_ERROR, "error": {"where": "env.step", "message": "KeyError: 'x'"}}),
+        EpisodeResult("t", "null", Status.INFRA_ERROR, nan, 1, 0.1,
+                      {"status": Status.INFRA_ERROR, "error": {"where": "sandbox.run", "message": "gone"}})])
+    monkeypatch.setattr(soak, "run_episode", lambda *args, **kwargs: next(results))
+    env, tasks = SimpleNamespace(reset_s=0.01, steps=[]), [SimpleNamespace(instance_id="t")]
+    bug, infra = (soak.play(env, {"oracle": None, "null": None}, tasks, 0, j, 0, "load") for j in (0, 1))
+    assert (bug.status, bug.error, bug.infra_error) == (Status.INTERNAL_ERROR, "env.step", False)
+    assert (infra.status, infra.error, infra.infra_error) == (Status.INFRA_ERROR, "sandbox.run", True)
+    assert any("internal_error" in p for p in _report([bug]).problems())
 
 
 def test_an_oracle_episode_a_kill_reached_may_fail_to_resolve():
