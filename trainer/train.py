@@ -1,8 +1,10 @@
 """The training run, top to bottom: model, fleet, SFT warm start, then RL steps with a curriculum.
 
 One RL step: the curriculum picks tasks -> the fleet runs ``group_size`` episodes of each -> groups with
-no signal (all rewards equal) are refilled, infra-error episodes dropped, stale samples (async) dropped
--> the algorithm's advantages and loss -> one learner update -> new weights to the engines -> the
+no signal (all rewards equal) are refilled, infra-error and internal-error episodes dropped (past
+``train.max_internal_error_rate`` internal errors, our bugs, stop the run), stale samples (async) dropped
+-> the algorithm's advantages and loss -> one learner update -> new weights to the engines (the engine kind's
+weight mover, :mod:`repogym.trainer.inference.weights`) -> the
 curriculum learns which tasks were solved. With ``branching`` (GRPO), a task's group is ``group_size //
 branching.group`` episodes, each forked at its branch point into ``branching.group`` continuations that are
 compared with each other (:mod:`repogym.trainer.branching`). Metrics go to ``RUN_DIR/metrics.jsonl`` and TensorBoard.
