@@ -2,7 +2,9 @@
 
 Every command and option has ``--help`` text (tests/test_cli.py walks the parser to keep it so). A
 :class:`repogym.envs.core.errors.RepogymError` (a bad argument, an unknown name, an infrastructure failure) is
-printed as one ``repogym: error:`` line with exit status 2; Ctrl-C exits with 130.
+printed as one ``repogym: error:`` line with exit status 2; Ctrl-C exits with 130. A bug of repogym's
+(:class:`~repogym.envs.core.errors.InternalError`, raised in strict mode, or any other exception) is not a user's
+mistake: it propagates with its traceback.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from repogym.envs.core.errors import RepogymError
+from repogym.envs.core.errors import InternalError, RepogymError
 from repogym.cli import (analyze, bench, demo, export, images, leaderboard, models, proxy, serve, show, tasks, train,
                          validate)
 
@@ -31,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except InternalError:
+        raise  # a bug of ours (strict mode): its traceback, not a one-line "error" that reads as the user's
     except RepogymError as exc:
         print(f"repogym: error: {exc}", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from repogym.agents import AGENTS
+from repogym.envs.core.status import excluded
 from repogym.envs.sandbox import BACKENDS
 
 
@@ -59,9 +60,10 @@ def run(args) -> int:
 
 
 def results_table(results, names) -> str:
-    """Markdown table: per agent and difficulty, resolved / tasks, infra errors, mean seconds."""
+    """Markdown table: per agent and difficulty, resolved / tasks, excluded episodes (infrastructure failures and
+    bugs of repogym's, left out of the rate), mean seconds."""
     levels = sorted({t.difficulty for t, _ in results})
-    header = "| agent | " + " | ".join(f"difficulty {d}" for d in levels) + " | resolved | infra errors | s/episode |"
+    header = "| agent | " + " | ".join(f"difficulty {d}" for d in levels) + " | resolved | excluded | s/episode |"
     lines = [header, "|" + "---|" * (len(levels) + 4)]
     for name in names:
         mine = [(t, r) for t, r in results if r.agent == name]
@@ -70,7 +72,7 @@ def results_table(results, names) -> str:
             at = [r for t, r in mine if t.difficulty == level]
             cells.append(f"{sum(r.resolved for r in at)}/{len(at)}")
         resolved = sum(r.resolved for _, r in mine)
-        infra = sum(r.infra_error for _, r in mine)
+        infra = sum(excluded(r.status, r.reward) for _, r in mine)
         valid = len(mine) - infra
         rate = f"{resolved}/{len(mine)} ({100 * resolved / valid:.0f}%)" if valid else "n/a"
         mean = sum(r.duration_s for _, r in mine) / len(mine) if mine else math.nan

@@ -171,10 +171,11 @@ def run_build_recipe(args) -> int:
 
 
 def run_recipes(args) -> int:
+    from repogym.envs.taskgen.flips import FlipsConfig
     from repogym.envs.taskgen.recipes import list_recipes, load_recipe
     for name in list_recipes():
         source, config = load_recipe(name)
-        size = f"max_tasks={config.max_tasks}" if hasattr(config, "max_tasks") else f"suites={name},{name}-heldout"
+        size = f"suites={name},{name}-heldout" if isinstance(config, FlipsConfig) else f"max_tasks={config.max_tasks}"
         print(f"{name}\t{source}\tseed={config.seed}\t{size}")
     return 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import os
 import threading
 
 from repogym.envs.sandbox import BACKENDS
@@ -110,16 +111,15 @@ def twin_share(results) -> str:
 def _read_results(path: str) -> dict[str, dict]:
     """The verdicts already in a results file (a torn last line, from a killed run, is ignored)."""
     found: dict[str, dict] = {}
-    try:
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    record = json.loads(line)
-                    found[record["instance_id"]] = record
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    continue
-    except FileNotFoundError:
-        pass
+    if not os.path.exists(path):  # a first run: nothing validated yet
+        return found
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                record = json.loads(line)
+                found[record["instance_id"]] = record
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
     return found
 
 
