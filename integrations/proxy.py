@@ -426,11 +426,13 @@ class ChatProxy:
         out = dict(message)
         content = out.get("content")
         if isinstance(content, list):  # OpenAI content parts: the text ones
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
         out["content"] = "" if content is None else content if isinstance(content, str) else str(content)
         if out["role"] == "assistant":
-            ids = [tc.get("id") for tc in out.get("tool_calls") or [] if isinstance(tc, dict)]
-            raw = next((episode.raw_by_call_id[i] for i in ids if i in episode.raw_by_call_id), None)
+            calls = out.get("tool_calls")
+            ids = [tc.get("id") for tc in calls if isinstance(tc, dict)] if isinstance(calls, list) else []
+            raw = next((episode.raw_by_call_id[i] for i in ids if isinstance(i, str) and i in episode.raw_by_call_id),
+                       None)
             if raw is not None:  # the exact text generated, not the harness's parsed copy of it
                 out = {"role": "assistant", "content": raw}
         return out
@@ -439,14 +441,15 @@ class ChatProxy:
                 template_kwargs: dict[str, Any] | None = None) -> tuple[list[int], bool]:
         """The prompt ids, and whether they extend the episode's previous prompt and completion. With tools, a
         template that ignores them is replaced by its family's (as the hf agent does), so both render alike."""
+        prepared = [self._message(m, episode) for m in messages]  # ours: a bug here is not the request's fault
         try:
             if tools and self._tool_template is None:
                 self._tool_template = tool_template(self.tokenizer)
             text = self.tokenizer.apply_chat_template(
-                [self._message(m, episode) for m in messages], tools=tools, tokenize=False, add_generation_prompt=True,
+                prepared, tools=tools, tokenize=False, add_generation_prompt=True,
                 chat_template=self._tool_template if tools else None, **(template_kwargs or {}))
-        except Exception as exc:  # the chat template (the model's Jinja) raising on the client's messages (a role it
-            # does not know, say) is the request's fault: a 400 naming why
+        except Exception as exc:  # the chat template (the model's Jinja, or no tool template for this tokenizer)
+            # refusing the client's messages, tools or template arguments: the request's fault, a 400 naming why
             raise ProxyRequestError(400, f"the chat template could not render the messages: {exc}",
                                     param="messages") from None
         last = episode.calls[-1] if episode.calls else None

@@ -166,6 +166,10 @@ def test_bad_requests_are_400s_naming_the_field_and_engine_failures_are_500s(tin
     code, body = proxy.complete({"messages": [{"role": "user", "content": "x"}]}, "e")  # the engine server is down
     assert code == 500 and "engine failed" in body["error"]["message"] and proxy.episode("e").errors
     assert proxy.episode("e").internal_error is None  # an outage outside repogym, not a bug of ours
+    odd = [{"role": "user", "content": [{"text": 5}, "x"]}, {"role": "assistant", "content": None, "tool_calls": 5},
+           {"role": "assistant", "content": "", "tool_calls": [{"id": ["unhashable"]}]}]
+    code, body = proxy.complete({"messages": odd}, "odd")  # odd shapes a client may send are not bugs of ours
+    assert code in (400, 500) and proxy.episode("odd").internal_error is None, body
     assert proxy.handle("GET", "/nowhere", {}, b"")[0] == 404
     assert proxy.handle("POST", "/v1/chat/completions", {}, b"{oops")[0] == 400
     with pytest.raises(ConfigError, match="max_tokens"):
