@@ -29,7 +29,9 @@ guard's verdict and ``harness_reach`` the diff's added lines that name the harne
 load) and, after them, only from a sandbox lost from outside (its container killed or frozen, the daemon
 gone: a :class:`SandboxError` the backend did not blame on the inside). Anything the patch's code can cause
 (a hang past the timeout, a runner killed from inside, no report, a tripped guard) is ``unresolved``, with
-``error`` saying where, so a patch can never buy its way out of a 0 into an excluded episode.
+``error`` saying where, so a patch can never buy its way out of a 0 into an excluded episode. Any other exception
+is a bug of ours: :func:`repogym.envs.core.bugs.report_bug` (raised in strict mode) and ``internal_error``
+(excluded, counted), never a 0 that is trained on.
 """
 
 from __future__ import annotations
