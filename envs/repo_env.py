@@ -285,7 +285,7 @@ class RepoTaskEnv(gym.Env):
             else:
                 result = tool.run(self.ctx, args)
                 obs, info["exit_code"], info["error"] = result.output, result.exit_code, result.error
-                info.update(result.data)  # type: ignore[typeddict-item]  # the tool's facts (StepInfo lists the builtins')
+                info.update(result.data)  # the tool's own facts (StepInfo lists the builtin tools')
                 if tool.edits:
                     obs += self._note_edit()
         except ToolError as exc:
