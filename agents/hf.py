@@ -61,13 +61,18 @@ class HFEngine:
         model = AutoModelForCausalLM.from_pretrained(resolve_model(path), dtype=dtype, local_files_only=True)
         return cls(model, device)
 
+    @property
+    def max_model_len(self) -> int | None:
+        """The model's context (its config's ``max_position_embeddings``; None when it names none)."""
+        return getattr(self.model.config, "max_position_embeddings", None)  # a transformers config: third-party
+
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         return [self._one(p, params) for p in prompts]
 
     def _one(self, prompt: list[int], params: SamplingParams) -> Completion:
         import torch
 
-        limit = getattr(self.model.config, "max_position_embeddings", None)
+        limit = self.max_model_len
         max_new = params.max_new_tokens if not limit else min(params.max_new_tokens, limit - len(prompt))
         if max_new <= 0:
             return Completion([], [], "length", self.version)
@@ -342,8 +347,7 @@ class HFAgent:
     def _context_limit(self) -> int | None:
         if self.config.max_context_tokens:
             return self.config.max_context_tokens
-        model = getattr(self.engine, "model", None)
-        return getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        return self.engine.max_model_len
 
     def turn_record(self) -> dict[str, Any] | None:
         """The last turn's tokens and what the context policy did, for the trajectory."""

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from repogym.envs.core.errors import ConfigError, InfraError
-from repogym.envs.tasks.cache import cache_dir
+from repogym.envs.core.paths import cache_dir
 
 STAMP = "repogym-model.json"
 TEMPLATE_FILE = "chat_template.jinja"

@@ -45,6 +45,8 @@ class Engine(Protocol):
 
     version: int
     """Policy version of the weights in use (0 for the initial weights)."""
+    max_model_len: int | None
+    """Prompt plus completion tokens the model takes (None: no known limit)."""
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         """One completion per prompt."""

@@ -74,11 +74,6 @@ class EpisodeResult:
         return excluded(self.status, self.reward)
 
     @property
-    def infra_error(self) -> bool:
-        """The former name of :attr:`excluded` (kept for callers outside this package; use ``excluded``)."""
-        return self.excluded
-
-    @property
     def resolved(self) -> bool:
         return self.status == Status.RESOLVED
 

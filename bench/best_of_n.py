@@ -173,7 +173,7 @@ def run_best_of_n(env, agents: list, *, task_id: str, seed: int, n: int, agent_n
             branches.append(branch)
             branch.writer.write({"type": "header", "format": TRAJECTORY_FORMAT, "task_id": info["task_id"],
                                  "agent": agent_name, "seed": branch.seed, "observation": obs,
-                                 "best_of_n": {"n": n, "branch": index, "fork": getattr(branch_env, "fork_info", None),
+                                 "best_of_n": {"n": n, "branch": index, "fork": branch_env.unwrapped.fork_info,
                                                "fallback": fallback}})
             branch.agent.reset(obs, {**info, "seed": branch.seed, "branch": index, "best_of_n": n})
         for branch in branches:

@@ -80,7 +80,7 @@ class ChatPrompts:
         # tiny-tokenizer corpus does).
         env = RepoTaskEnv(tasks=tasks, sandbox="local", config=EnvConfig(max_turns=10, tools=PROMPT_TOOLS))
         self.chat = ChatFormat(self.tokenizer, DEFAULT_SYSTEM_PROMPT, env.tools_schema())
-        self.prompts = [self.chat.first_prompt(env._intro(task)) for task in tasks]
+        self.prompts = [self.chat.first_prompt(env.intro(task)) for task in tasks]
         self.stop_token_ids = self.chat.stop_token_ids
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
 

@@ -252,7 +252,7 @@ class RepoTaskEnv(gym.Env):
         self.fork_info = None
         self.turn, self.well_formed, self._done = 0, 0, False
         self.ctx = ToolContext(self._sandbox, self.task, self.config.command_timeout, self.config.max_command_timeout)
-        obs = self._intro(self.task)
+        obs = self.intro(self.task)
         self._last_obs = obs
         self._usage = {"observation_chars": 0, "turns": 0, "wall_s": 0.0}
         if self._tokenizer is not None:
@@ -571,11 +571,13 @@ class RepoTaskEnv(gym.Env):
             raise ToolError("unknown_tool", f"unknown tool {name!r}: expected one of {', '.join(self._tool_names())}")
         return get_tool(name)
 
-    def _intro(self, task: Task) -> str:
+    def intro(self, task: Task) -> str:
+        """The first observation of an episode of ``task``: the issue, the tools, the turn budget. Before any
+        reset (no sandbox yet) it names ``/repo``, where a docker sandbox holds the repository."""
         tools = "\n".join(f"- {t.name}({', '.join(t.parameters.get('properties', {}))}): {t.description}"
                           for t in map(TOOLS.resolve, self._tool_names()))
         # The prompt of a /repo sandbox stays byte for byte what it was (golden trajectories hold it).
-        where = self._sandbox.repo_dir
+        where = "/repo" if self._sandbox is None else self._sandbox.repo_dir
         where = "/repo" if where == "/repo" else f"{where} (also reachable as /repo)"
         return (f"You are fixing an issue in the repository {task.repo}, checked out at {where} "
                 f"(the current directory).\n\n<issue>\n{task.problem_statement.strip()}\n</issue>\n\n"

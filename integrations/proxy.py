@@ -285,11 +285,7 @@ class ChatProxy:
         """Prompt plus completion tokens the model takes (see :attr:`ProxyConfig.max_context_tokens`)."""
         if self.config.max_context_tokens:
             return self.config.max_context_tokens
-        # A probe: the Engine protocol (repogym.agents.policy) declares no context limit yet. vLLM's engine has
-        # max_model_len; the hf engine's transformers model (third-party) has config.max_position_embeddings.
-        limit = getattr(self.engine, "max_model_len", None)
-        if not limit:
-            limit = getattr(getattr(getattr(self.engine, "model", None), "config", None), "max_position_embeddings", None)
+        limit = self.engine.max_model_len
         return int(limit) if limit else None
 
     # -- the endpoint -----------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ class ScriptedEngine:
     Records every prompt and sampling seed."""
 
     version = 0
+    max_model_len = None
 
     def __init__(self, tokenizer, gold: str):
         self.tokenizer, self.gold = tokenizer, gold

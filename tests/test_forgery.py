@@ -10,7 +10,6 @@ grading reads) and that the gold patch still resolves beside each.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import importlib.util
 import json
@@ -23,7 +22,7 @@ import pytest
 
 import repogym.envs.rewards.evaluate as evaluate
 from repogym.envs.repo_env import RepoTaskEnv
-from repogym.envs.rewards import grade, reward_of
+from repogym.envs.rewards import grade
 from repogym.envs.rewards.twins import Twin, TwinPlan
 from repogym.envs.rewards.guards import check_run, harness_reach, tripped
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
@@ -280,7 +279,7 @@ def no_tamper_filter(monkeypatch):
 
 
 def assert_forgery_stopped(record, guard: str | None = None):
-    assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0, (record.status, record.error, record.tests)
+    assert record.status == Status.UNRESOLVED, (record.status, record.error, record.tests)
     assert record.tests[F2P] != "passed" or record.error["where"].startswith("rewards.guard"), record.error
     if guard:
         assert record.error["where"] == f"rewards.guard.{guard}", (record.error, record.guards)
@@ -323,7 +322,7 @@ def test_the_gold_patch_resolves_beside_every_attack_s_harmless_neighbours(facto
     # The gold fix with code that touches the same corners honestly (atexit, gc, an int subclass): still 1.
     honest = CORRECT + "\nimport atexit\nimport gc\n\natexit.register(gc.collect)\n\n\nclass Count(int):\n    pass\n"
     record = grade(task, patch_of(task, {"calc/ops.py": honest}, tmp_path), factory)
-    assert record.status == Status.RESOLVED and reward_of(record) == 1.0, (record.error, record.guards)
+    assert record.status == Status.RESOLVED, (record.error, record.guards)
     assert set(record.guards.values()) == {"ok"} and len(record.twins) >= 2 and not record.unprotected
     assert "calc/ops.py: atexit" in record.harness_reach  # flagged, not judged
 

@@ -25,6 +25,10 @@ class RecordingEngine:
     def version(self):
         return self.engine.version
 
+    @property
+    def max_model_len(self):
+        return self.engine.max_model_len
+
     def generate(self, prompts, params):
         out = self.engine.generate(prompts, params)
         self.completions += out

@@ -20,7 +20,7 @@ import pytest
 
 from repogym.envs.core.errors import InfraError, SandboxRefused
 from repogym.envs.repo_env import EnvConfig, RepoTaskEnv
-from repogym.envs.rewards import grade, reward_of
+from repogym.envs.rewards import grade
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
 from repogym.envs.sandbox.testrun import run_test_command
 from repogym.envs.core.status import Status
@@ -106,13 +106,13 @@ def test_a_pytest_section_past_the_first_mib_is_dropped(factory, tiny_task, tmp_
     record = grade(tiny_task, patch_of(tiny_task, {"calc/cheat.py": CHEAT, "pyproject.toml": LONG_PYPROJECT},
                                        tmp_path), factory)
     assert "pyproject.toml [pytest section]" in record.dropped, record.dropped
-    assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0 and record.tests[F2P] == "failed"
+    assert record.status == Status.UNRESOLVED and record.tests[F2P] == "failed"
 
 
 def test_the_gold_patch_resolves_beside_a_long_pyproject(factory, tiny_task, tmp_path):
     changes = {"calc/cheat.py": CHEAT, "pyproject.toml": LONG_PYPROJECT, "calc/ops.py": fixed_ops()}
     record = grade(tiny_task, patch_of(tiny_task, changes, tmp_path), factory)
-    assert record.status == Status.RESOLVED and reward_of(record) == 1.0
+    assert record.status == Status.RESOLVED
     assert "pyproject.toml [pytest section]" in record.dropped
 
 

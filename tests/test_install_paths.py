@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from repogym.envs.sandbox.local_env import BASE_MOUNT, PYTHON
-from repogym.envs.tasks.cache import cache_dir
+from repogym.envs.core.paths import cache_dir
 from tests.conftest import require_backend
 
 REPO = Path(__file__).resolve().parents[1]

@@ -55,6 +55,10 @@ class ScriptedEngine:
         self.tokenizer, self.model, self.texts, self.version = tokenizer, model, list(texts), 3
         self.returned: list[list[int]] = []
 
+    @property
+    def max_model_len(self):
+        return self.model.config.max_position_embeddings
+
     def generate(self, prompts, params):
         import torch
 

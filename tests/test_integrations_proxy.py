@@ -122,6 +122,8 @@ def test_a_prompt_over_the_context_is_a_vllm_style_400_and_the_episode_is_record
 class FixedEngine:
     """Returns fixed texts as a model would (the tokenizer's ids, an end-of-turn token), with made-up logprobs."""
 
+    max_model_len = None
+
     def __init__(self, tokenizer, texts: list[str]):
         self.tokenizer, self.texts, self.version = tokenizer, list(texts), 7
 
@@ -179,7 +181,7 @@ def test_bad_requests_are_400s_naming_the_field_and_engine_failures_are_500s(tin
 class DownEngine:
     """An engine whose model server is gone: what a dead engine actor raises."""
 
-    version = 0
+    version, max_model_len = 0, None
 
     def generate(self, prompts, params):
         raise InfraError("vllm engine actor", "generate: the engine actor died")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import subprocess
 import tarfile
 from dataclasses import replace
@@ -19,7 +18,7 @@ import pytest
 import repogym.envs.rewards.evaluate as evaluate
 from repogym.envs.core.errors import SandboxError, SandboxKilledByAgent
 from repogym.envs.repo_env import RepoTaskEnv
-from repogym.envs.rewards import grade, reward_of
+from repogym.envs.rewards import grade
 from repogym.envs.rewards.leaks import added_lines, find_leaks, inspect_sandbox
 from repogym.envs.rewards.validate import validate_task
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
@@ -130,7 +129,7 @@ class Proxy:
 ])
 def test_sabotage_beside_the_fix_is_unresolved_with_reward_0(factory, task, tmp_path, sabotage):
     record = grade(task, patch_of(task, sabotage, tmp_path), factory)
-    assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0
+    assert record.status == Status.UNRESOLVED
     assert record.tests[F2P] != "passed" and record.attempts == 1
     assert not (record.error or {}).get("where", "").startswith("rewards.health_check")
 
@@ -146,7 +145,7 @@ def test_code_under_test_cannot_kill_the_grading_runner(factory, task, tmp_path)
 def test_the_same_fix_without_sabotage_resolves(factory, task, tmp_path):
     # The control of the sabotage cases: the fix they all carry is enough on its own.
     record = grade(task, patch_of(task, {"calc/ops.py": fixed_ops()}, tmp_path), factory)
-    assert record.status == Status.RESOLVED and reward_of(record) == 1.0
+    assert record.status == Status.RESOLVED
 
 
 def test_a_skipped_test_is_recorded_as_skipped_and_fails(factory, task, tmp_path):
@@ -160,7 +159,7 @@ def test_a_skipped_test_is_recorded_as_skipped_and_fails(factory, task, tmp_path
 def test_a_hang_past_the_timeout_is_unresolved_not_an_infra_error(factory, task, tmp_path):
     patch = patch_of(task, {"calc/ops.py": fixed_ops("    while True:\n        pass\n")}, tmp_path)
     record = grade(task, patch, factory, timeout=8)
-    assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0
+    assert record.status == Status.UNRESOLVED
     assert record.error["where"] == "sandbox.run_tests"
 
 
@@ -188,7 +187,7 @@ def test_infra_errors_are_the_health_check_and_a_sandbox_lost_from_outside(tiny_
         return inner.run("exit 1" if command.startswith("python -c") else command, **kwargs)
 
     record = grade(tiny_task, tiny_task.patch, lambda: Proxy(factory(), run=broken_python))
-    assert record.status == Status.INFRA_ERROR and math.isnan(reward_of(record)) and record.attempts == 2
+    assert record.status == Status.INFRA_ERROR and record.attempts == 2
     assert record.error["where"] == "rewards.health_check.interpreter"
 
     def killed_from_inside(inner, command, **kwargs):
@@ -197,7 +196,7 @@ def test_infra_errors_are_the_health_check_and_a_sandbox_lost_from_outside(tiny_
         return inner.run(command, **kwargs)
 
     record = grade(tiny_task, tiny_task.patch, lambda: Proxy(factory(), run=killed_from_inside))
-    assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0 and record.attempts == 1
+    assert record.status == Status.UNRESOLVED and record.attempts == 1
     assert record.error == {"where": "sandbox.test", "message": "runner died during the tests"}
     assert set(record.tests.values()) == {"missing"}
 
@@ -207,7 +206,7 @@ def test_infra_errors_are_the_health_check_and_a_sandbox_lost_from_outside(tiny_
         return inner.run(command, **kwargs)
 
     record = grade(tiny_task, tiny_task.patch, lambda: Proxy(factory(), run=lost_from_outside))
-    assert record.status == Status.INFRA_ERROR and math.isnan(reward_of(record)) and record.attempts == 2
+    assert record.status == Status.INFRA_ERROR and record.attempts == 2
     assert record.error == {"where": "sandbox.test", "message": "container exited"}
 
 
@@ -246,7 +245,7 @@ def dropped_paths(record) -> set[str]:
                                   for k in sorted(TAMPERING)])
 def test_each_kind_of_tampering_earns_nothing_and_is_listed(factory, task, tmp_path, kind):
     record = grade(task, patch_of(task, {"calc/cheat.py": CHEAT, **TAMPERING[kind]}, tmp_path), factory)
-    assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0 and record.tests[F2P] == "failed"
+    assert record.status == Status.UNRESOLVED and record.tests[F2P] == "failed"
     assert set(TAMPERING[kind]) <= dropped_paths(record) and "calc/cheat.py" not in dropped_paths(record)
     assert record.to_dict()["dropped"] == record.dropped  # what info["eval"] carries
 
@@ -267,7 +266,7 @@ def test_the_gold_patch_still_resolves_beside_every_dropped_tampering(factory, t
     for kind in TAMPERING:
         changes.update(TAMPERING[kind])
     record = grade(task, patch_of(task, changes, tmp_path), factory)
-    assert record.status == Status.RESOLVED and reward_of(record) == 1.0
+    assert record.status == Status.RESOLVED
     assert {p for kind in TAMPERING for p in TAMPERING[kind]} <= dropped_paths(record)
 
 

@@ -6,7 +6,6 @@ import functools
 import http.server
 import json
 import os
-import shutil
 import subprocess
 import threading
 from html.parser import HTMLParser

@@ -82,7 +82,7 @@ def _gap(learner: Learner, ids: list[int], mask: list[int], logprobs: list[float
 
 def test_an_episode_records_the_chat_template_tokens_and_masks_only_what_the_model_wrote(episodes, tokenizer):
     for result, agent in episodes:
-        assert not result.infra_error, result.eval
+        assert not result.excluded, result.eval
         tokens = result.tokens
         assert tokens is not None and len(tokens.ids) == len(tokens.mask) == len(tokens.logprobs)
         assert result.turns == len(agent.traces) >= 1

@@ -9,7 +9,6 @@ dataset lists (Django's two forms and docstring lines, sympy's bare names) names
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from repogym.envs.core.errors import ConfigError
-from repogym.envs.rewards import grade, reward_of
+from repogym.envs.rewards import grade
 from repogym.envs.rewards.evaluate import protected_paths, run_targets
 from repogym.envs.rewards.ids import named_by, outcome_of
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
@@ -481,13 +480,13 @@ def test_an_unknown_runner_is_a_config_error_listing_the_valid_ones(django_task)
 
 def test_django_gold_resolves_and_empty_does_not(factory, django_task):
     gold = grade(django_task, django_task.patch, factory)
-    assert gold.status == Status.RESOLVED and reward_of(gold) == 1.0, (gold.error, gold.tests, gold.log_tail)
+    assert gold.status == Status.RESOLVED, (gold.error, gold.tests, gold.log_tail)
     assert set(gold.tests) == set(DJANGO_F2P + DJANGO_P2P) and set(gold.tests.values()) == {"passed"}
     assert set(gold.guards.values()) == {"ok"}
     assert len(gold.twins) >= 2 and not gold.unprotected
     assert any(t.endswith(" (pricing.test_discount.DiscountTests)") for t in gold.twins)
     empty = grade(django_task, "", factory)
-    assert empty.status == Status.UNRESOLVED and reward_of(empty) == 0.0
+    assert empty.status == Status.UNRESOLVED
     assert empty.tests == {DJANGO_F2P[0]: "failed", DJANGO_F2P[1]: "failed", DJANGO_P2P[0]: "passed",
                            DJANGO_P2P[1]: "passed"}
     assert set(empty.guards.values()) == {"ok"}
@@ -496,7 +495,7 @@ def test_django_gold_resolves_and_empty_does_not(factory, django_task):
 def test_django_forced_passes_are_caught(factory, django_task, tmp_path):
     patch = django_task.patch + _patch(django_task, {"shop/__init__.py": DJANGO_FORCE}, tmp_path)
     record = grade(django_task, patch, factory)
-    assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0
+    assert record.status == Status.UNRESOLVED
     assert record.error["where"] == "rewards.guard.twin"
     assert record.guards["exit_status"] != "ok" and "OK" in record.guards["summary"]
 
@@ -518,7 +517,7 @@ class _Anything(float):
 
 def test_django_always_equal_values_are_caught_by_literal_twins(factory, django_task, tmp_path):
     record = grade(django_task, _patch(django_task, {"shop/price.py": DJANGO_ALWAYS_EQUAL}, tmp_path), factory)
-    assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0
+    assert record.status == Status.UNRESOLVED
     assert record.error["where"] == "rewards.guard.twin" and "(literal)" in record.guards["twin"], record.guards
     assert record.tests[DJANGO_F2P[0]] == "passed"  # the forgery works on the real test: only a twin shows it
 
@@ -546,11 +545,11 @@ def test_django_run_tests_for_the_agent(factory, django_task):
 
 def test_sympy_gold_resolves_and_empty_does_not(factory, sympy_task):
     gold = grade(sympy_task, sympy_task.patch, factory)
-    assert gold.status == Status.RESOLVED and reward_of(gold) == 1.0, (gold.error, gold.tests, gold.log_tail)
+    assert gold.status == Status.RESOLVED, (gold.error, gold.tests, gold.log_tail)
     assert set(gold.guards.values()) == {"ok"} and len(gold.twins) >= 2 and not gold.unprotected
     assert any(t.startswith("sympy/tests/test_core.py::test_") for t in gold.twins)
     empty = grade(sympy_task, "", factory)
-    assert empty.status == Status.UNRESOLVED and reward_of(empty) == 0.0
+    assert empty.status == Status.UNRESOLVED
     assert empty.tests == {"test_double_negative": "failed", "test_double_float": "failed", "test_double": "passed"}
 
 
@@ -572,7 +571,7 @@ def test_sympy_results_come_from_its_reporter_not_from_what_tests_print(factory,
     assert printed_ok.status == Status.UNRESOLVED and printed_ok.tests["test_double_negative"] == "failed"
     # Code under test prints " ok" mid-line, raises the runner's XFail, and prints a summary of passes at exit.
     xfail = grade(sympy_task, patch("xfail", {"sympy/core.py": SYMPY_PRINTS}), factory)
-    assert xfail.status == Status.UNRESOLVED and reward_of(xfail) == 0.0, (xfail.tests, xfail.guards)
+    assert xfail.status == Status.UNRESOLVED, (xfail.tests, xfail.guards)
     assert xfail.tests["test_double_negative"] == "xfailed"
     # The same stdout wrapper beside the real fix changes nothing: it still resolves.
     gold = grade(sympy_task, sympy_task.patch + patch("gold", {"sympy/__init__.py": SYMPY_FORCE}), factory)
@@ -582,7 +581,7 @@ def test_sympy_results_come_from_its_reporter_not_from_what_tests_print(factory,
 def test_sympy_forced_passes_are_caught(factory, sympy_task, tmp_path):
     # In the test process: the runner's reporter told that every failure is a pass.
     record = grade(sympy_task, _patch(sympy_task, {"sympy/core.py": SYMPY_REPORTER_FORCE}, tmp_path), factory)
-    assert record.status == Status.UNRESOLVED and reward_of(record) == 0.0
+    assert record.status == Status.UNRESOLVED
     assert record.error["where"] == "rewards.guard.twin" and record.tests["test_double_negative"] == "passed"
 
 

@@ -7,7 +7,7 @@ from packaging.requirements import Requirement
 
 from repogym.envs.sandbox.images import DEBIAN_FOR_PYTHON
 from repogym.envs.sandbox.testrun import launch_command, runner_name
-from repogym.envs.tasks.environments import install_steps
+from repogym.envs.sandbox.install import install_steps
 from repogym.envs.tasks.swebench_envs import ENVIRONMENTS, UNSUPPORTED, swebench_setup
 
 SETUP_KEYS = {"python", "pip", "pre_install", "install", "runner", "cpus", "test_command"}

@@ -130,6 +130,10 @@ class _TimedEngine:
     def version(self) -> int:
         return self.engine.version
 
+    @property
+    def max_model_len(self) -> int | None:
+        return self.engine.max_model_len
+
     def generate(self, prompts, params):
         start = time.monotonic()
         try:

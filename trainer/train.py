@@ -233,7 +233,7 @@ class Trainer:
         oracle = OracleAgent(tasks=self.tasks, style="edit")
         texts = [self.config.agent.system_prompt or DEFAULT_SYSTEM_PROMPT, json.dumps(tools_schema())]
         for task in self.tasks:
-            texts.append(env._intro(task))
+            texts.append(env.intro(task))
             texts += ["<tool_call>" + a + "</tool_call>" for a in oracle.plan(task)]
         return texts * 4
 

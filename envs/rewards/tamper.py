@@ -33,7 +33,7 @@ import tomllib
 from pathlib import PurePosixPath
 from typing import Collection, Iterable
 
-from repogym.envs.tasks.environments import INSTALL_DIR
+from repogym.envs.sandbox.install import INSTALL_DIR
 from repogym.envs.tasks.patches import split_patch
 
 TEST_DIRS = {"tests", "test", "testing"}

@@ -18,12 +18,5 @@ key             meaning
 =============== =========================================================================================
 
 The install steps these keys imply (``pre_install``, ``install``, ``pip``) are built at the sandbox's level, where
-environments are made: :mod:`repogym.envs.sandbox.install`. The names below are re-exported from there for callers
-that still import them from here.
+environments are made: :mod:`repogym.envs.sandbox.install`. This module only describes the keys.
 """
-
-from __future__ import annotations
-
-from repogym.envs.sandbox.install import INSTALL_DIR, install_steps
-
-__all__ = ["INSTALL_DIR", "install_steps"]

@@ -29,6 +29,9 @@ def make_engine(name: str, **kwargs: Any):
     return ENGINES.resolve(name)(**kwargs)
 
 
+_UNKNOWN = object()  # not asked yet
+
+
 class RayEngineClient:
     """The :class:`~repogym.agents.policy.Engine` protocol over a Ray actor handle of an engine.
 
@@ -47,6 +50,7 @@ class RayEngineClient:
         self._ray, self.handle = ray, handle
         self.replace, self.timeout_s = replace, timeout_s
         self._lock = threading.Lock()
+        self._max_model_len: Any = _UNKNOWN
 
     def _call(self, method: str, *args: Any) -> Any:
         from ray.exceptions import GetTimeoutError, RayActorError
@@ -73,6 +77,13 @@ class RayEngineClient:
     def version(self) -> int:
         """The engine's policy version now (asked each time: the learner may have sent new weights)."""
         return self._call("get_version")
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The engine's context limit (asked once: it does not change)."""
+        if self._max_model_len is _UNKNOWN:
+            self._max_model_len = self._call("get_max_model_len")
+        return self._max_model_len
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         return self._call("generate", prompts, params)

@@ -168,6 +168,10 @@ class VLLMEngine:
         return self.config.max_model_len
 
     # -- generation -------------------------------------------------------------------------------------
+    def get_max_model_len(self) -> int | None:
+        """``max_model_len`` for a Ray handle (an actor's attributes cannot be read remotely)."""
+        return self.max_model_len
+
     def get_version(self) -> int:
         """The policy version of the loaded weights."""
         return self.version
