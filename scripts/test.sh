@@ -18,7 +18,10 @@ fi
 # Lint first (seconds): pyproject's ruff rules keep every import on the one installed namespace.
 "$MAIN_VENV/bin/ruff" check "${ruff_args[@]}" .
 status=0
-"$MAIN_VENV/bin/python" -m pytest -m "not gpu and not vllm and not integrations" "${pytest_args[@]}" "$@" || status=$?
+# On several workers (pytest-xdist): most tests wait on sandboxes and subprocesses, so 3 workers fit 2 cores. A
+# file's tests stay together, and Ray tests share one worker (tests/conftest.py). REPOGYM_TEST_WORKERS=0: one process.
+"$MAIN_VENV/bin/python" -m pytest -m "not gpu and not vllm and not integrations" -n "${REPOGYM_TEST_WORKERS:-3}" \
+  --dist loadgroup "${pytest_args[@]}" "$@" || status=$?
 # The peers' packages (OpenEnv, SkyRL-Gym, verifiers, TRL, mini-swe-agent) in an environment layered over
 # .venv: always, since the adapters are only worth what their tests against the real packages show.
 { bash scripts/setup_integrations.sh &&

@@ -26,6 +26,16 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 os.environ.setdefault("REPOGYM_STRICT", "1")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Groups for ``pytest -n N --dist loadgroup`` (scripts/test.sh): a file's tests stay on one worker, so its
+    module fixtures are built once; every Ray test shares one worker, so two Ray clusters never start at once."""
+    if not config.pluginmanager.hasplugin("xdist"):  # an environment without pytest-xdist (.venv-vllm)
+        return
+    for item in items:
+        group = "ray" if item.get_closest_marker("ray") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def require_backend(name: str) -> None:
     """Skip when ``name`` cannot run here, but fail in CI: Docker tests must run there."""
     why = backend_unavailable(name)

@@ -231,6 +231,7 @@ def assert_rows_complete(rows: list[EpisodeRow]) -> None:
         assert json.loads(lines[0])["type"] == "header" and json.loads(lines[-1])["type"] == "end"
 
 
+@pytest.mark.slow
 def test_oracle_resolves_and_null_does_not(small_run):
     with ResultsDB(small_run) as db:
         oracle, null = db.episodes(agent="oracle"), db.episodes(agent="null")
@@ -278,6 +279,7 @@ class FailsOnTask:
         return None
 
 
+@pytest.mark.slow
 def test_agent_infra_errors_are_stored_as_data(tmp_path):
     require_backend("local")
     tasks = load_suite("builtin")[:2]

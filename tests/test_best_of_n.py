@@ -108,6 +108,7 @@ def runs(suite, tiny_task, tmp_path_factory):
     return db, plain, before, best, seen
 
 
+@pytest.mark.slow
 def test_best_of_3_picks_the_branch_the_visible_tests_favour(runs):
     db, _, _, report, seen = runs
     with ResultsDB(db) as store:
@@ -171,6 +172,7 @@ def test_leaderboard_shows_best_of_n_apart_from_pass_at_1(runs, tmp_path, capsys
         assert "| 3 |" in best_of_n_markdown(summarize_best_of_n(store.best_of_n()), summarize(store.episodes()))
 
 
+@pytest.mark.slow
 def test_a_verifier_tie_goes_to_the_branch_with_fewer_turns(tiny_task, tmp_path):
     require_backend("local")
     # Branch 0 would resolve (gold after a look around: 3 turns); branch 1 submits the untouched base at once
@@ -208,6 +210,7 @@ def test_fork_refused_falls_back_to_one_plain_episode(suite, tiny_task, tmp_path
     assert (summary.fallbacks, summary.rate) == (1, 0.0)
 
 
+@pytest.mark.slow
 def test_cli_option_parses_runs_and_is_in_help(suite, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--help"])

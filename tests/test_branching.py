@@ -80,6 +80,7 @@ def agent_for(engine, tokenizer, seed: int | None = 11) -> HFAgent:
     return HFAgent(engine, tokenizer, HFAgentConfig(seed=seed))
 
 
+@pytest.mark.slow
 def test_a_branch_after_the_first_failing_tests_makes_g_continuations_sharing_the_prefix(env, tiny_task, tokenizer,
                                                                                           tmp_path):
     engine = ScriptedEngine(tokenizer, tiny_task.patch)
@@ -147,6 +148,7 @@ def test_advantages_are_computed_within_each_branch_group():
     assert not has_signal([("B", 1.0), ("B", 1.0), (None, 0.0)]) and has_signal([("A", 1.0), ("A", 0.0)])
 
 
+@pytest.mark.slow
 def test_branching_off_changes_nothing(tiny_task, tokenizer):
     # GRPO: samples with no branch point (None, or no key at all) are compared as one task group, as before.
     rewards = [1.0, 0.0, 0.0, 1.0, 1.0]
@@ -181,6 +183,7 @@ def test_branching_off_changes_nothing(tiny_task, tokenizer):
     assert generated_tokens([(None, a.tokens), (None, b.tokens)]) == 2 * sum(a.tokens.mask)
 
 
+@pytest.mark.slow
 def test_a_refused_fork_falls_back_to_one_plain_episode(tiny_task, tokenizer, tmp_path):
     # A real refusal: the episode's files are over fork_max_bytes.
     env = RepoTaskEnv(task=tiny_task, sandbox="local", max_turns=6,
@@ -200,6 +203,7 @@ def test_a_refused_fork_falls_back_to_one_plain_episode(tiny_task, tokenizer, tm
     assert not list(tmp_path.glob("ep.b*.jsonl"))
 
 
+@pytest.mark.slow
 def test_no_branch_point_reached_is_a_plain_episode_and_says_so(env, tiny_task, tokenizer, monkeypatch):
     def refuse(n):
         raise AssertionError("no branch point: nothing to fork")
@@ -209,6 +213,7 @@ def test_no_branch_point_reached_is_a_plain_episode_and_says_so(env, tiny_task, 
     assert c.branch.reason == "no branch point reached" and c.result.resolved
 
 
+@pytest.mark.slow
 def test_fork_refused_raised_by_the_env_also_falls_back(env, tiny_task, tokenizer, monkeypatch):
     def refuse(n):
         raise ForkRefused("the sandbox died by the agent's hand")

@@ -22,6 +22,7 @@ def test_unknown_suite_is_a_clean_error(capsys):
     assert "unknown suite 'nope'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_validate_one_task_from_a_file(tmp_path, capsys, tiny_task):
     path = tmp_path / "tiny.jsonl"
     path.write_text(json.dumps(tiny_task.to_dict()) + "\n")
@@ -44,6 +45,7 @@ def test_validate_one_task_from_a_file(tmp_path, capsys, tiny_task):
     assert "'tiny__calc-1' has no FAIL_TO_PASS test" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_validate_resumes_from_its_results_and_tables_the_causes(tmp_path, capsys, tiny_task):
     # Two tasks: one valid, one whose environment cannot be made here (the local sandbox runs one Python).
     path, results = tmp_path / "two.jsonl", tmp_path / "verdicts.jsonl"
@@ -70,6 +72,7 @@ def test_validate_resumes_from_its_results_and_tables_the_causes(tmp_path, capsy
     assert json.loads(results.read_text().splitlines()[-1])["instance_id"] == "tiny__calc-py39-b"
 
 
+@pytest.mark.slow
 def test_demo_runs_oracle_and_null(tmp_path, capsys):
     assert main(["demo", "--limit", "2", "--sandbox", "local", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -123,6 +126,7 @@ def test_choices_and_agent_names_come_from_the_registries(capsys):
     assert f"one of {', '.join(AGENTS.names())}" in out and "{" + ",".join(BACKENDS.names()) + "}" in out
 
 
+@pytest.mark.slow
 def test_replay_agent_plays_back_a_trajectory(tmp_path, tiny_task):
     import gymnasium as gym
 

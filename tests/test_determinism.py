@@ -79,6 +79,7 @@ def report(capsys, what: str, wall: float, seconds: dict[str, float]) -> None:
               + ", ".join(f"{task} {s:.1f}s" for task, s in slowest))
 
 
+@pytest.mark.slow
 def test_repeated_grades_agree_on_a_few_tasks_locally(capsys):
     require_backend("local")
     tasks = [t for t in load_suite("builtin") if t.instance_id in FAST_TASKS]

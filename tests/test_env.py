@@ -69,6 +69,7 @@ def test_gold_patch_through_tools_earns_one(env, tiny_task):
         env.step(call("diff"))
 
 
+@pytest.mark.slow
 def test_empty_submission_earns_zero(env):
     env.reset()
     obs, reward, term, trunc, info = env.step("<tool_call>" + call("submit") + "</tool_call>")
@@ -78,6 +79,7 @@ def test_empty_submission_earns_zero(env):
     assert info["eval"]["pass_to_pass"] == {"passed": 3, "total": 3}
 
 
+@pytest.mark.slow
 def test_every_tool_with_good_input(env):
     env.reset()
     obs, *_, info = env.step(call("bash", command="echo hi && ls calc"))
@@ -146,6 +148,7 @@ def test_timeouts_and_huge_and_binary_output(env):
     assert info["error"] == "binary_file"
 
 
+@pytest.mark.slow
 def test_turn_limit_truncates_and_grades(backend, tiny_task):
     environment = RepoTaskEnv(task=tiny_task, sandbox=backend, max_turns=2)
     try:
@@ -289,6 +292,7 @@ def test_episode_state_records_turns_edits_and_test_runs(env):
     assert env.ctx.episode is not first and env.ctx.episode == EpisodeState()
 
 
+@pytest.mark.slow
 def test_process_reward_and_final_analysis(backend, tiny_task):
     environment = RepoTaskEnv(task=tiny_task, sandbox=backend, config=EnvConfig(reward="process"))
     try:

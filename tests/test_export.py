@@ -68,6 +68,7 @@ def trajectories(tiny_task, tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_rows_carry_messages_tool_calls_rewards_and_tokens(trajectories, tiny_task):
     oracle = episode_row(read_trajectory(trajectories / "a-oracle.jsonl"))
     assert (oracle["task_id"], oracle["status"], oracle["reward"]) == (tiny_task.instance_id, "resolved", 1.0)

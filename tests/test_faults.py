@@ -108,6 +108,7 @@ def test_a_missing_image_fails_reset_with_the_image_named(tiny_task):
         good.close()
 
 
+@pytest.mark.slow
 def test_a_full_host_disk_is_an_infra_error_and_the_env_goes_on(backend, tiny_task, tmp_path):
     if os.geteuid() != 0:
         pytest.skip("mounting a small filesystem to fill needs root")
@@ -183,6 +184,7 @@ def test_dockerd_restart_mid_episode(tiny_task):
             time.sleep(5)
 
 
+@pytest.mark.slow
 def test_a_sandbox_that_fails_to_start_is_infrastructure_replaced_and_counted(tiny_task, tmp_path, monkeypatch):
     """A runner that exits at its first ping, before any command of the agent, is never blamed on the agent."""
     from tests.conftest import require_backend

@@ -58,6 +58,7 @@ def test_the_split_holds_out_functions_files_and_a_project_with_its_own_names(ca
     assert not held_files & {t.patch.splitlines()[0] for t in train}
 
 
+@pytest.mark.slow
 def test_the_same_config_builds_the_same_suites(cache, tmp_path, monkeypatch):
     first = build_flips(FlipsConfig(**SMALL))
     assert build_flips(FlipsConfig(**SMALL)) == first  # read back from the cache
@@ -77,6 +78,7 @@ def test_more_training_projects_without_a_larger_heldout_split(cache):
         FlipsConfig(modules=1, heldout_modules=1).check()
 
 
+@pytest.mark.slow
 def test_the_problem_statement_is_the_traceback_pytest_prints(cache, tmp_path):
     train, heldout = build_flips(FlipsConfig(**SMALL))
     for task in (train[0], heldout[-1]):
@@ -99,6 +101,7 @@ def test_the_problem_statement_is_the_traceback_pytest_prints(cache, tmp_path):
         assert f"-{flipped}\n+{flipped.replace(f' {op} ', f' {NEGATED[op]} ', 1)}\n" in task.patch
 
 
+@pytest.mark.slow
 def test_flips_recipes_build_on_use_and_other_recipes_say_how(cache):
     from repogym.envs.taskgen.recipes import build, ensure_suites, load_recipe
     from repogym.envs.tasks.suites import load_suite
@@ -126,6 +129,7 @@ def test_gold_resolves_and_the_empty_patch_does_not_in_a_real_sandbox(cache):
         assert verdict.ok, (verdict.reasons, verdict.problems)
 
 
+@pytest.mark.slow
 def test_the_cli_builds_a_flips_suite_on_first_use(cache, capsys):
     from repogym.cli import main
 

@@ -288,6 +288,7 @@ def assert_forgery_stopped(record, guard: str | None = None):
 
 # -- in-process forgeries -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", [a if a in FAST else pytest.param(a, marks=SLOW) for a in IN_PROCESS])
 def test_an_in_process_forgery_trips_a_twin(factory, task, tmp_path, attack):
     record = grade(task, patch_of(task, {"calc/ops.py": IN_PROCESS[attack]}, tmp_path), factory)
@@ -338,6 +339,7 @@ def test_the_gold_patch_resolves_with_every_guard_ok(factory, task):
 SHADOWS = {"json.py": {"json.py": FAKE_JSON}, "pytest.py": {"pytest.py": FAKE_PYTEST}, "dist-info": DIST_INFO}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["json.py", pytest.param("pytest.py", marks=SLOW),
                                   pytest.param("dist-info", marks=SLOW), "pyc"])
 def test_a_shadowing_file_is_dropped_and_earns_nothing(factory, task, tmp_path, kind):

@@ -70,6 +70,7 @@ def test_a_fork_is_its_source_byte_for_byte_then_diverges_alone(env, tiny_task):
             fork.close()
 
 
+@pytest.mark.slow
 def test_grading_a_fork_gives_what_grading_its_source_gives(env, tiny_task):
     env.step(call("apply_patch", patch=tiny_task.patch))
     gold_forks = env.fork(2)
@@ -143,6 +144,7 @@ def test_fork_arguments_and_timing_are_checked(tiny_task):
         EnvConfig(fork_pool_size=-1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", ["filter", "fsmonitor", "dot_git_link", "hooks"])
 def test_git_attacks_planted_before_a_fork_do_not_run_in_it(env, tiny_task, attack):
     env._sandbox.write_file("evil.sh", EVIL.replace("@PREFIX@", "").encode())

@@ -310,6 +310,7 @@ TEXT_ACTIONS = st.one_of(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(actions=st.lists(TEXT_ACTIONS, min_size=1, max_size=3))
 def test_arbitrary_text_is_an_observation(env, actions):
@@ -331,6 +332,7 @@ def test_non_text_actions_are_an_observation(env, actions):
     drive(env, actions)
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=160)
 @given(data=st.data())
 def test_tool_calls_with_hostile_arguments(env, tiny_task, data):

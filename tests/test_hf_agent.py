@@ -46,6 +46,7 @@ def tiny_lm():
     return tokenizer, build_tiny_model(tokenizer, TINY)
 
 
+@pytest.mark.slow
 def test_loss_mask_of_a_real_multi_turn_episode_covers_exactly_the_generated_tokens(tiny_lm, tiny_task, tmp_path):
     tokenizer, model = tiny_lm
     engine = RecordingEngine(HFEngine(model, device="cpu"))

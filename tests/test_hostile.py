@@ -62,6 +62,7 @@ def require_limits(env):
         pytest.skip(f"no cgroup for the local sandbox here: {box.limits}")
 
 
+@pytest.mark.slow
 def test_fork_bomb_hits_the_process_limit_and_ends_with_its_timeout(env, tiny_task):
     require_limits(env)
     obs, info = bash(env, "python3 -c 'import os, time\nn = 0\ntry:\n    while n < 200:\n        if os.fork() == 0:\n"
@@ -83,6 +84,7 @@ def test_memory_hog_is_killed_and_the_sandbox_lives(env, tiny_task):
     assert_clean_after_reset(env, tiny_task)
 
 
+@pytest.mark.slow
 def test_disk_filler_fills_the_sandbox_not_the_host(backend, tiny_task):
     # With the default memory limit (2g), the 1 GiB tmpfs of /repo fills first. (Filling every tmpfs of a
     # sandbox with less memory than that gets the sandbox killed: the agent's doing, reward 0.)
@@ -188,6 +190,7 @@ def test_huge_and_binary_output_are_cut_and_marked(env):
     assert "binary output" in obs
 
 
+@pytest.mark.slow
 def test_non_utf8_paths_and_bytes_do_not_break_any_tool(env):
     bash(env, "mkdir $'d\\xff'; printf 'x = 1\\n' > $'bad\\xfe\\xff.py'; printf '\\xff\\xfe\\n' > latin.txt; "
               "ln -s $'bad\\xfe\\xff.py' $'link\\xff'")
@@ -200,6 +203,7 @@ def test_non_utf8_paths_and_bytes_do_not_break_any_tool(env):
     assert term and reward == 0.0 and info["eval"]["status"] in ("unresolved", "patch_failed")
 
 
+@pytest.mark.slow
 def test_an_attack_in_one_episode_leaves_another_unaffected(backend, tiny_task):
     attacker, victim = (RepoTaskEnv(task=tiny_task, sandbox=backend, max_turns=60,
                                     config=EnvConfig(sandbox_config=LIMITS, eval_pool_size=0)) for _ in range(2))
@@ -268,6 +272,7 @@ GIT_ATTACKS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", sorted(GIT_ATTACKS))
 def test_the_runner_never_runs_the_agents_git_configuration(env, tiny_task, attack):
     import sys
@@ -296,6 +301,7 @@ def bash_after_reset(env, command):
     return bash(env, command)[0]
 
 
+@pytest.mark.slow
 def test_a_broken_diff_at_the_turn_limit_is_the_agents_zero_not_an_exception(backend, tiny_task):
     env = RepoTaskEnv(task=tiny_task, sandbox=backend, max_turns=3,
                       config=EnvConfig(sandbox_config=LIMITS, eval_pool_size=0))

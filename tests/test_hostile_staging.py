@@ -56,6 +56,7 @@ BREAK_SCRATCH = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", sorted(BREAK_SCRATCH))
 def test_breaking_the_staging_place_is_an_observation_never_an_exclusion(env, attack):
     step(env, "bash", command=BREAK_SCRATCH[attack], timeout=120)

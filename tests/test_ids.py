@@ -84,6 +84,7 @@ def factory(backend):
     return sandbox_factory(backend, {}, SandboxConfig(run_id="pytest"))
 
 
+@pytest.mark.slow
 def test_swebench_cut_ids_grade_the_tests_they_name(factory, tiny_task):
     # As SWE-bench lists them: "[big" names both cases (one passes at the base: the cut id must still fail).
     task = replace(tiny_task, test_patch=tiny_task.test_patch + _new_file_patch("tests/test_spaced.py", SPACED_TESTS),

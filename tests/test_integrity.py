@@ -118,6 +118,7 @@ class Proxy:
 
 # -- grading fails closed -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sabotage", [
     pytest.param({"calc/ops.py": fixed_ops(at_import="raise RuntimeError('no collection')\n")}, id="stops-collection"),
     pytest.param({"calc/ops.py": fixed_ops("    import pytest\n    pytest.skip('not today')\n")}, id="skips-in-function",
@@ -142,12 +143,14 @@ def test_code_under_test_cannot_kill_the_grading_runner(factory, task, tmp_path)
     assert record.status == "resolved" and record.error is None, (record.error, record.tests, record.log_tail[-1500:])
 
 
+@pytest.mark.slow
 def test_the_same_fix_without_sabotage_resolves(factory, task, tmp_path):
     # The control of the sabotage cases: the fix they all carry is enough on its own.
     record = grade(task, patch_of(task, {"calc/ops.py": fixed_ops()}, tmp_path), factory)
     assert record.status == Status.RESOLVED
 
 
+@pytest.mark.slow
 def test_a_skipped_test_is_recorded_as_skipped_and_fails(factory, task, tmp_path):
     patch = patch_of(task, {"calc/ops.py": fixed_ops("    import pytest\n    pytest.skip('not today')\n")}, tmp_path)
     record = grade(task, patch, factory)
@@ -163,6 +166,7 @@ def test_a_hang_past_the_timeout_is_unresolved_not_an_infra_error(factory, task,
     assert record.error["where"] == "sandbox.run_tests"
 
 
+@pytest.mark.slow
 def test_a_forged_report_plugin_in_the_repository_is_never_loaded(factory, task, tmp_path):
     # `python -m pytest` puts the repository first on sys.path: a `-p repogym_report` would import this file.
     forged = ("import json, os\n\n\ndef pytest_sessionfinish(session, exitstatus):\n"
@@ -172,6 +176,7 @@ def test_a_forged_report_plugin_in_the_repository_is_never_loaded(factory, task,
     assert record.status == Status.UNRESOLVED and record.tests[F2P] == "failed"
 
 
+@pytest.mark.slow
 def test_the_report_path_and_nonce_are_not_in_the_environment_of_the_code_under_test(factory, task, tmp_path):
     # Code under test that writes a report of its own and exits early finds nothing to forge it with.
     every = {t: "passed" for t in task.FAIL_TO_PASS + task.PASS_TO_PASS}
@@ -182,6 +187,7 @@ def test_the_report_path_and_nonce_are_not_in_the_environment_of_the_code_under_
     assert record.status == Status.UNRESOLVED and record.tests[F2P] == "missing"
 
 
+@pytest.mark.slow
 def test_infra_errors_are_the_health_check_and_a_sandbox_lost_from_outside(tiny_task, factory):
     def broken_python(inner, command, **kwargs):
         return inner.run("exit 1" if command.startswith("python -c") else command, **kwargs)
@@ -241,6 +247,7 @@ def dropped_paths(record) -> set[str]:
     return {p.removesuffix(" [pytest section]") for p in record.dropped}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", [k if k in ("conftest", "sitecustomize") else pytest.param(k, marks=SLOW)
                                   for k in sorted(TAMPERING)])
 def test_each_kind_of_tampering_earns_nothing_and_is_listed(factory, task, tmp_path, kind):
@@ -261,6 +268,7 @@ def test_control_the_tampering_would_earn_a_pass_if_nothing_dropped_it(factory, 
     assert record.status == Status.RESOLVED
 
 
+@pytest.mark.slow
 def test_the_gold_patch_still_resolves_beside_every_dropped_tampering(factory, task, tmp_path):
     changes = {"calc/cheat.py": CHEAT, "calc/ops.py": fixed_ops()}
     for kind in TAMPERING:
@@ -270,6 +278,7 @@ def test_the_gold_patch_still_resolves_beside_every_dropped_tampering(factory, t
     assert {p for kind in TAMPERING for p in TAMPERING[kind]} <= dropped_paths(record)
 
 
+@pytest.mark.slow
 def test_tampering_the_patch_splitter_misses_is_still_reverted_in_the_sandbox(factory, task, tmp_path):
     # git reads quoted names in headers; the splitter does not see `"a/conftest.py"` as a file of its own,
     # so the text filter keeps it inside the part before. The check of what git changed catches it.

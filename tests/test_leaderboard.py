@@ -149,6 +149,7 @@ def trajectory(tiny_task, tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_show_prints_calls_outputs_and_grading(trajectory, capsys):
     assert main(["show", str(trajectory)]) == 0
     out = capsys.readouterr().out

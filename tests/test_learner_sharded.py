@@ -48,6 +48,7 @@ def _changed_share(before: dict[str, torch.Tensor], after: dict[str, torch.Tenso
     return changed / sum(v.numel() for v in before.values())
 
 
+@pytest.mark.slow
 def test_chunked_logprobs_equal_full_logits_and_their_gradients():
     torch.manual_seed(0)
     head = torch.nn.Linear(16, 50, bias=False)
@@ -61,6 +62,7 @@ def test_chunked_logprobs_equal_full_logits_and_their_gradients():
     assert torch.allclose(g_full, g_chunked, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_policy_logprobs_match_the_models_own_logits():
     model = _model()
     ids = torch.randint(0, VOCAB, (2, 20))

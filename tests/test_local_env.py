@@ -19,6 +19,7 @@ def test_requirements_add_pytest_unless_the_setup_pins_it():
     assert env_key({}) == env_key({"source": "builtin:x"}) != env_key({"pip": ["six==1.16.0"]})
 
 
+@pytest.mark.slow
 def test_a_local_sandbox_sees_the_setups_packages_and_none_of_the_hosts():
     require_backend("local")
     import git  # GitPython: installed where repogym runs, in no task's setup
@@ -58,6 +59,7 @@ def test_an_env_is_made_once_and_a_failed_build_leaves_nothing(monkeypatch):
     assert set(os.listdir(root)) == before
 
 
+@pytest.mark.slow
 def test_a_requirement_that_has_no_wheel_is_a_clear_error():
     with pytest.raises(ConfigError, match="no-such-package-repogym-test"):
         ensure_local_env({"pip": ["no-such-package-repogym-test==0.0.1"]})

@@ -108,6 +108,7 @@ def test_usage_is_reported_every_step_with_running_totals(tiny_task):
         env.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", ["tokens", "wall"])
 def test_budgets_truncate_with_the_reason(tiny_task, budget):
     options = {"max_observation_tokens": 600} if budget == "tokens" else {"max_wall_s": 1.5}
@@ -132,6 +133,7 @@ def test_budgets_truncate_with_the_reason(tiny_task, budget):
 
 # -- agents: the prompt of every turn is rebuilt from the trajectory ---------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["full", {"name": "window", "keep_last": 2, "head_chars": 40, "tail_chars": 10},
                                     {"name": "summary", "keep_last": 2}])
 def test_llm_prompts_equal_what_the_trajectory_rebuilds(tiny_task, tmp_path, policy):
@@ -168,6 +170,7 @@ class PromptRecorder(RecordingEngine):
         return super().generate(prompts, params)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["full", {"name": "window", "keep_last": 2, "head_chars": 30, "tail_chars": 10}])
 def test_hf_tokens_fed_equal_the_trajectory_and_split_into_exact_training_sequences(tiny_lm, tiny_task, tmp_path, policy):
     tokenizer, model = tiny_lm

@@ -18,6 +18,7 @@ def factory(backend):
     return sandbox_factory(backend, {}, SandboxConfig(run_id="pytest"))
 
 
+@pytest.mark.slow
 def test_gold_resolves_and_empty_does_not(factory, tiny_task):
     gold = grade(tiny_task, tiny_task.patch, factory)
     assert gold.status == Status.RESOLVED
@@ -65,6 +66,7 @@ def test_infra_errors_are_retried_once_then_reported_not_zeroed(tiny_task, backe
     assert record.error == {"where": "sandbox.test", "message": "daemon gone"}
 
 
+@pytest.mark.slow
 def test_validate_task_accepts_a_good_task_and_flags_a_wrong_one(factory, tiny_task):
     assert validate_task(tiny_task, factory).ok
     from dataclasses import replace
@@ -91,6 +93,7 @@ def test_a_task_whose_fix_is_in_the_test_framework_is_refused_not_graded(tiny_ta
     assert "src/_pytest/python.py" in verdict.problems[0]
 
 
+@pytest.mark.slow
 def test_every_grading_plants_fresh_twins_and_lists_each_guard(factory, tiny_task):
     first, second = grade(tiny_task, tiny_task.patch, factory), grade(tiny_task, "", factory)
     assert first.status == Status.RESOLVED and second.status == Status.UNRESOLVED
@@ -104,6 +107,7 @@ def test_every_grading_plants_fresh_twins_and_lists_each_guard(factory, tiny_tas
     assert not set(first.twins) & set(second.twins)
 
 
+@pytest.mark.slow
 def test_a_task_with_no_fail_to_pass_test_is_never_resolved(factory, tiny_task):
     # Loading refuses such a task (tests/test_task_schema.py); one built in code still cannot pay.
     record = grade(replace(tiny_task, FAIL_TO_PASS=[]), "", factory)

@@ -543,6 +543,7 @@ def test_django_run_tests_for_the_agent(factory, django_task):
 
 # -------------------------------------------------------------------------------------- sympy, graded
 
+@pytest.mark.slow
 def test_sympy_gold_resolves_and_empty_does_not(factory, sympy_task):
     gold = grade(sympy_task, sympy_task.patch, factory)
     assert gold.status == Status.RESOLVED, (gold.error, gold.tests, gold.log_tail)
@@ -561,6 +562,7 @@ def test_sympy_a_name_in_two_files_passes_only_when_both_do(factory, sympy_task,
     assert record.tests["test_double_negative"] == "passed"
 
 
+@pytest.mark.slow
 def test_sympy_results_come_from_its_reporter_not_from_what_tests_print(factory, sympy_task, tmp_path):
     def patch(name, changes):
         (tmp_path / name).mkdir()

@@ -207,6 +207,7 @@ def test_bench_refuses_a_suite_with_a_task_that_cannot_fail(attack_suite, tmp_pa
     assert not db.exists() or not ResultsDB(db).episodes()
 
 
+@pytest.mark.slow
 def test_bench_null_agent_resolves_nothing_with_the_skip_flag(attack_suite, tmp_path, caplog):
     require_backend("local")
     db = tmp_path / "r.db"

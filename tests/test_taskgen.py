@@ -96,6 +96,7 @@ def test_folder_source_becomes_a_deterministic_git_repo(project):
         materialize("/no/such/place")
 
 
+@pytest.mark.slow
 def test_generate_keeps_only_caught_mutations_and_they_validate(project):
     config = GenerateConfig(max_tasks=4, seed=3, sandbox="local", baseline_runs=2)
     tasks, stats = generate(str(project), config)
@@ -150,6 +151,7 @@ def test_a_real_pypi_project_gives_validated_tasks():
         assert verdict.ok, (task.instance_id, verdict.problems, verdict.infra_errors)
 
 
+@pytest.mark.slow
 def test_a_mutation_that_hangs_the_tests_is_dropped_not_fatal(tmp_path):
     (tmp_path / "loop").mkdir()
     (tmp_path / "loop" / "__init__.py").write_text("")
@@ -219,6 +221,7 @@ def test_long_horizon_verdicts_on_a_call_chain(tmp_path):
     assert not named.long and "names" in named.reason
 
 
+@pytest.mark.slow
 def test_generate_long_horizon_keeps_only_far_bugs(tmp_path):
     root = _write(tmp_path, DEEP)
     config = GenerateConfig(max_tasks=20, seed=0, sandbox="local", baseline_runs=1, pair_every=0, horizon="long",
@@ -235,6 +238,7 @@ def test_generate_long_horizon_keeps_only_far_bugs(tmp_path):
         GenerateConfig(horizon="short")
 
 
+@pytest.mark.slow
 def test_generate_drops_a_task_whose_fix_the_sandbox_can_read_and_keeps_the_rest(tmp_path):
     """The project vendors a verbatim copy of ``textwrap.indent``: a mutation in it is restored by a line of the
     standard library's ``textwrap.py``, which the agent's sandbox can read (the interpreter's ``sys.path``)."""

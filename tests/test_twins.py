@@ -149,6 +149,7 @@ def honest_and_forged(tmp_path_factory):
     return planted, {label: _outcomes(root / label) for label in planted}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES)
 def test_every_shape_gets_twins_that_fail_honest_code(honest_and_forged, shape):
     planted, outcomes = honest_and_forged
@@ -337,6 +338,7 @@ class TestOwn(Base, unittest.TestCase):
 '''
 
 
+@pytest.mark.slow
 def test_a_method_inherited_from_a_class_of_the_file_is_twinned_where_it_is_defined(tmp_path):
     # toolz's TestCustomMapping::test_valmap is TestDict's test_valmap, run by each subclass.
     new, made = twin_source(INHERITED, ["test_inh.py::TestList::test_keymap", "test_inh.py::Base::test_keymap"])

@@ -35,6 +35,7 @@ def _weights(seed: int) -> list[tuple[str, torch.Tensor]]:
             ("norm.weight", torch.randn(33, generator=g).to(torch.float64))]
 
 
+@pytest.mark.slow
 def test_two_syncs_reach_every_receiver_exactly_in_buckets():
     group = SyncGroup("127.0.0.1", free_port(), world_size=3)
     ctx = multiprocessing.get_context("spawn")
