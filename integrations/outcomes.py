@@ -1,9 +1,8 @@
 """How the adapters end an episode on a bug of repogym's that the environment caught, one rule for all of them.
 
-``RepoTaskEnv.step`` catches a bug of ours in a tool and reports it in ``info["internal_error"]`` (the
-observation says ``error (internal_error)``); grading that met one ends the episode with the eval status
-``internal_error``. Either way nothing after it says anything of the policy, so every adapter (OpenEnv, SkyRL,
-verifiers, mini-swe-agent) ends the episode there, as :func:`repogym.agents.rollout.run_episode` does: status
+``RepoTaskEnv.step`` reports a bug of ours anywhere in a step (a tool, grading, the final analysis) in
+``info["internal_error"]`` and ends the episode with the eval status ``internal_error``. Nothing after it says
+anything of the policy, so every adapter (OpenEnv, SkyRL, verifiers, mini-swe-agent) ends the episode there, as :func:`repogym.agents.rollout.run_episode` does: status
 ``internal_error``, a NaN reward, ``exclude`` set, never a reward of 0 that a trainer would learn from.
 """
 

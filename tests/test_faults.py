@@ -216,15 +216,22 @@ def test_a_sandbox_that_fails_to_start_is_infrastructure_replaced_and_counted(ti
         env.close()
 
 
-def test_a_rollout_worker_turns_any_exception_into_an_outcome(tiny_task, monkeypatch):
+def test_a_rollout_worker_turns_an_outside_failure_into_infra_error_and_a_bug_into_internal_error(tiny_task,
+                                                                                                 monkeypatch):
     from repogym.trainer.fleet import EpisodeRequest, RolloutWorker, WorkerSpec
-    from repogym.envs.core.errors import SandboxKilledByAgent
+    from repogym.envs.core.errors import InternalError, SandboxKilledByAgent
+    monkeypatch.setenv("REPOGYM_STRICT", "0")  # counted, not raised: what a training run does
     worker = RolloutWorker(WorkerSpec(tasks=[tiny_task], env=EnvConfig(sandbox="local"), agent="null"))
-    for error in (SandboxKilledByAgent("sandbox.local.ping", "runner exited"), RuntimeError("a bug"),
-                  SandboxError("sandbox.local.start", "no bwrap")):
+    # reset never lets SandboxKilledByAgent out (it replaces the sandbox), so one escaping is a bug of ours too.
+    for error, status in ((SandboxError("sandbox.local.start", "no bwrap"), Status.INFRA_ERROR),
+                          (RuntimeError("a bug"), Status.INTERNAL_ERROR),
+                          (SandboxKilledByAgent("sandbox.local.ping", "runner exited"), Status.INTERNAL_ERROR)):
         def broken_reset(self, *, seed=None, options=None, error=error):
             raise error
         monkeypatch.setattr(RepoTaskEnv, "reset", broken_reset)
         outcome = worker.run(EpisodeRequest(task_id=tiny_task.instance_id, seed=0))
-        assert outcome.status == Status.INFRA_ERROR and math.isnan(outcome.reward)
-        assert outcome.error["message"].endswith(str(error.message if hasattr(error, "message") else error))
+        assert outcome.status == status and math.isnan(outcome.reward) and outcome.excluded
+        assert outcome.error["message"].endswith(error.message if status == Status.INFRA_ERROR else str(error))
+    monkeypatch.setenv("REPOGYM_STRICT", "1")
+    with pytest.raises(InternalError):  # the test suite's strict mode: a bug fails the test
+        worker.run(EpisodeRequest(task_id=tiny_task.instance_id, seed=0))

@@ -11,7 +11,7 @@ Three kinds of failure get three treatments (see docs/architecture.md):
 
 A wrong argument or config value is a :class:`ConfigError` ("expected X, got Y"); a malformed task file a
 :class:`TaskFileError` (:class:`TaskCannotFail`, also a :class:`ConfigError`, for a task with no FAIL_TO_PASS test).
-:class:`SandboxKilledByAgent` is the agent's outcome (it scores 0), not an
+:class:`SandboxKilledByAgent` is the agent's outcome (graded unresolved: its tests score 0), not an
 infrastructure failure, though it carries ``where`` too. The task generator's drop signals
 (:class:`MutantTimeout`, :class:`MutationNotLongHorizon`) never leave :func:`repogym.envs.taskgen.generate.generate`.
 Every class here subclasses :class:`RepogymError`, so a caller can catch all of repogym's deliberate failures at once.
@@ -96,8 +96,8 @@ class InstallFailed(InfraError):
 class SandboxKilledByAgent(LocatedError):
     """The agent's own commands killed the sandbox (its runner, its container's processes).
 
-    Not an :class:`InfraError`: the episode is the agent's and scores 0. Were it excluded like an
-    infrastructure failure, a policy about to fail would learn to crash its sandbox instead.
+    Not an :class:`InfraError`: the episode is the agent's, graded unresolved (its tests score 0). Were it excluded
+    like an infrastructure failure, a policy about to fail would learn to crash its sandbox instead.
     """
 
 
