@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The main job: set up, then run the oracle and null agents over the builtin suite and print a table.
+# Extra arguments go to `repogym demo` (later ones win): `bash scripts/demo.sh --task ID --task ID2`, `--limit 4`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

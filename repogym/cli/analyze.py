@@ -34,6 +34,10 @@ def run(args) -> int:
     repo = Path(args.repo)
     if not repo.is_dir():
         raise ConfigError(f"expected --repo to be a folder, got {args.repo!r}")
+    if args.depth < 1:  # checked before the repository is indexed (seconds on a large one)
+        raise ConfigError(f"expected --depth >= 1, got {args.depth}")
+    if args.diff not in (None, "-") and not Path(args.diff).is_file():
+        raise ConfigError(f"expected --diff to be a diff file (or - for stdin), got {args.diff!r}: no such file")
     if args.diff is not None:
         import sys
         diff = sys.stdin.read() if args.diff == "-" else Path(args.diff).read_text(encoding="utf-8")

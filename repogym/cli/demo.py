@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from repogym.agents import AGENTS
+from repogym.envs.core.errors import ConfigError
 from repogym.envs.core.status import excluded
 from repogym.envs.sandbox import BACKENDS
 
@@ -20,7 +21,9 @@ def add_parser(sub) -> None:
                         help=f"comma-separated agent names, of {', '.join(AGENTS.names())} (default: oracle,null)")
     parser.add_argument("--sandbox", choices=BACKENDS.names(), default=None,
                         help="backend (default: docker when a daemon answers, else local)")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N tasks")
+    parser.add_argument("--task", action="append", default=[], metavar="ID",
+                        help="only this task id (repeatable; see `repogym tasks list`)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N tasks (of those --task picks)")
     parser.add_argument("--max-turns", type=int, default=30, help="turn limit per episode (default 30)")
     parser.add_argument("--out", default="runs/demo", help="folder for trajectories (default: runs/demo)")
     parser.set_defaults(func=run)
@@ -32,10 +35,22 @@ def run(args) -> int:
     import repogym.envs  # noqa: F401  (registers the env id)
     from repogym.agents import make_agent
     from repogym.agents.rollout import run_episode
-    from repogym.envs.tasks.suites import load_suite
+    from repogym.envs.tasks.suites import load_suite, select_tasks
 
-    tasks = load_suite(args.suite)[: args.limit]
+    # Every argument is checked before a model, a sandbox or a folder is made.
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"expected a positive --limit, got {args.limit}")
+    if args.max_turns < 1:
+        raise ConfigError(f"expected a positive --max-turns, got {args.max_turns}")
     names = [n.strip() for n in args.agents.split(",") if n.strip()]
+    if not names:
+        raise ConfigError(f"expected --agents to name at least one of {', '.join(AGENTS.names())}, got {args.agents!r}")
+    for name in names:
+        AGENTS.resolve(name)  # an unknown name lists the valid ones
+    tasks = load_suite(args.suite)
+    if args.task:
+        tasks = select_tasks(tasks, args.task, args.suite)
+    tasks = tasks[: args.limit]
     agents = {n: make_agent(n, suite=args.suite) if n == "oracle" else make_agent(n) for n in names}
     env = gym.make("repogym/RepoTask-v0", suite=args.suite, tasks=tasks, sandbox=args.sandbox,
                    max_turns=args.max_turns)

@@ -21,8 +21,16 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from repogym.agents.export import export_trajectories
+    import importlib.util
+    from pathlib import Path
 
+    from repogym.agents.export import export_trajectories
+    from repogym.envs.core.errors import ConfigError
+
+    # Checked before every trajectory is read, not when the file is written.
+    if Path(args.out).suffix.lower() == ".parquet" and importlib.util.find_spec("pyarrow") is None:
+        raise ConfigError(f"writing {args.out} as Parquet needs pyarrow: pip install 'repogym[datasets]' (or write "
+                          f".jsonl)")
     summary = export_trajectories(args.trajectories, args.out, tokens=not args.no_tokens)
     note = f" (skipped {len(summary.skipped)} files that are not trajectories)" if summary.skipped else ""
     print(f"wrote {summary.rows} episodes to {summary.out}{note}")

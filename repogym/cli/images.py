@@ -49,7 +49,12 @@ def run_list(args) -> int:
 
 
 def run_gc(args) -> int:
+    from repogym.envs.core.errors import ConfigError
     from repogym.envs.sandbox.gc import KINDS, reap
+    if args.older_than < 0:
+        raise ConfigError(f"expected --older-than >= 0, got {args.older_than:g}")
+    if args.stale_after <= 0:  # 0 would take every live heartbeat for a dead owner and remove its sandboxes
+        raise ConfigError(f"expected --stale-after > 0, got {args.stale_after:g}")
     report = reap(args.run, args.older_than, args.stale_after, args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     done = [x for x in report.leftovers if args.dry_run or x.removed]

@@ -97,8 +97,25 @@ def run_list(args) -> int:
     return 0
 
 
+def _check_out_folder(path: str | None, option: str = "--out") -> None:
+    """Refuse an output file whose folder does not exist, before the work that would end in writing it."""
+    from pathlib import Path
+
+    from repogym.envs.core.errors import ConfigError
+    if path is not None and not Path(path).absolute().parent.is_dir():
+        raise ConfigError(f"expected {option} in an existing folder, got {path!r} "
+                          f"(no folder {str(Path(path).absolute().parent)!r})")
+
+
+def _check_positive(value: int | None, option: str) -> None:
+    from repogym.envs.core.errors import ConfigError
+    if value is not None and value < 1:
+        raise ConfigError(f"expected a positive {option}, got {value}")
+
+
 def run_build(args) -> int:
     from repogym.envs.tasks.builtin import build_suite
+    _check_out_folder(args.out)
     tasks = build_suite(args.out)
     print(f"wrote {len(tasks)} tasks")
     return 0
@@ -149,6 +166,10 @@ def _print_stats(stats: dict) -> None:
 def run_generate(args) -> int:
     from repogym.envs.taskgen.generate import GenerateConfig, generate
     from repogym.envs.tasks.schema import save_tasks
+    # Checked before the project is fetched and mutated (minutes), not when the tasks are written.
+    _check_positive(args.max_tasks, "--max-tasks")
+    _check_positive(args.max_candidates, "--max-candidates")
+    _check_out_folder(args.out)
     config = GenerateConfig(max_tasks=args.max_tasks, seed=args.seed, max_candidates=args.max_candidates,
                             pip=args.pip, sandbox=args.sandbox, horizon=args.horizon, validate=args.validate)
     tasks, stats = generate(args.source, config, progress_bar)
@@ -189,8 +210,11 @@ def run_import(args) -> int:
     from repogym.envs.core.errors import ConfigError, TaskFileError
     from repogym.envs.tasks.datasets import load_dataset
     from repogym.envs.tasks.schema import save_tasks
-    if args.limit is not None and args.limit < 1:
-        raise ConfigError(f"expected a positive --limit, got {args.limit}")
+    _check_positive(args.limit, "--limit")
+    _check_out_folder(args.out)
+    if args.mirrors and not Path(args.mirrors).is_dir():  # checked before the dataset is read, not after
+        raise ConfigError(f"expected --mirrors to be a folder of git repositories, got {args.mirrors!r}: no such "
+                          f"folder")
     shown = []  # the bar is drawn only for files long enough to wait on
 
     def progress(rows: int, total: int) -> None:

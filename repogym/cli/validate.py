@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import os
 import threading
 
 from repogym.envs.sandbox import BACKENDS
@@ -37,18 +36,21 @@ def run(args) -> int:
     from repogym.envs.sandbox import SandboxConfig, default_backend, sandbox_factory
     from repogym.envs.tasks.repos import repo_path
     from repogym.envs.tasks.schema import load_tasks
-    from repogym.envs.tasks.suites import load_suite
+    from repogym.envs.tasks.suites import load_suite, select_tasks
 
     from repogym.envs.taskgen.recipes import ensure_suites
 
+    # Arguments are checked before a suite is built or a sandbox started.
+    if args.workers < 1:
+        raise ConfigError(f"expected a positive --workers, got {args.workers}")
+    if args.results and not os.path.isdir(os.path.dirname(os.path.abspath(args.results))):
+        raise ConfigError(f"expected --results in an existing folder, got {args.results!r} (no folder "
+                          f"{os.path.dirname(os.path.abspath(args.results))!r})")
     if not args.tasks:
         ensure_suites([args.suite or "builtin"])
     tasks = load_tasks(args.tasks) if args.tasks else load_suite(args.suite or "builtin")
     if args.task:
-        unknown = set(args.task) - {t.instance_id for t in tasks}
-        if unknown:
-            raise ConfigError(f"no such task(s): {sorted(unknown)}")
-        tasks = [t for t in tasks if t.instance_id in args.task]
+        tasks = select_tasks(tasks, args.task, args.tasks or args.suite or "builtin")
     done = _read_results(args.results) if args.results else {}
     if args.results and os.path.exists(args.results) and os.path.getsize(args.results):
         with open(args.results, "rb+") as fh:  # end a torn last line, so the next verdict starts a line
