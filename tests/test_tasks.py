@@ -107,3 +107,29 @@ def test_builtin_suite_shape():
         assert not set(task.FAIL_TO_PASS) & set(task.PASS_TO_PASS)
     with pytest.raises(ConfigError, match="no task"):
         find_task("nope")
+
+
+@pytest.mark.parametrize("typed, closest", [
+    ("repogym__tablekit-wrap-long-word-ordr", "repogym__tablekit-wrap-long-word-order"),  # a typo in the whole id
+    ("tablekit-zero-header-label", "repogym__tablekit-zero-header-label"),  # the owner left out
+    ("someone__cfgparse-dollar-escape-in-lists", "repogym__cfgparse-dollar-escape-in-lists"),  # the wrong owner
+    ("tablekit-wrap", "repogym__tablekit-wrap-"),  # the start of a long id
+])
+def test_an_unknown_task_id_names_the_closest_ids(typed, closest):
+    with pytest.raises(ConfigError) as caught:
+        find_task(typed)
+    message = str(caught.value)
+    assert message.startswith(f"no task {typed!r} in suite 'builtin' (48 tasks; closest: {closest}")
+    assert message.partition("closest: ")[2].count("repogym__") <= 3  # at most three matches
+    assert message.endswith("; list its ids with `repogym tasks list --suite builtin`")
+
+
+def test_an_id_like_no_other_says_so_and_select_tasks_keeps_the_suites_order(tmp_path):
+    from repogym.envs.tasks.suites import load_suite, select_tasks
+    with pytest.raises(ConfigError, match=r"no task 'zz' in suite 'builtin' \(48 tasks; no close match\); list its"):
+        find_task("zz")
+    tasks = load_suite("builtin")
+    picked = select_tasks(tasks, [tasks[3].instance_id, tasks[1].instance_id, tasks[3].instance_id], "builtin")
+    assert picked == [tasks[1], tasks[3]]
+    with pytest.raises(ConfigError, match=r"no tasks 'zz', 'yy' in suite 'builtin' \(48 tasks\): 'zz' \(no close"):
+        select_tasks(tasks, ["zz", tasks[0].instance_id, "yy", "zz"], "builtin")
