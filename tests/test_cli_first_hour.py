@@ -219,3 +219,16 @@ def test_analyze_gc_and_export_refuse_bad_arguments_up_front(tmp_path, capsys, m
     monkeypatch.setattr(repogym.agents.export, "export_trajectories", _NothingMayStart("export_trajectories"))
     assert main(["export", str(tmp_path), "--out", str(tmp_path / "rows.parquet")]) == 2
     assert "as Parquet needs pyarrow: pip install 'repogym[datasets]'" in capsys.readouterr().err
+
+
+def test_show_given_a_task_id_says_what_it_takes_and_finds_the_tasks_trajectories(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["show", TASK]) == 2
+    err = capsys.readouterr().err
+    assert f"got {TASK!r}: show takes the file an episode wrote" in err and f"none for {TASK!r} under runs/" in err
+    (tmp_path / "runs" / "demo" / "oracle").mkdir(parents=True)
+    (tmp_path / "runs" / "demo" / "oracle" / f"{TASK}.jsonl").write_text("")
+    assert main(["show", TASK]) == 2
+    assert f"found: runs/demo/oracle/{TASK}.jsonl" in capsys.readouterr().err
+    assert main(["show", "missing.jsonl"]) == 2  # a path: the viewer's own message
+    assert "expected a trajectory file, got 'missing.jsonl': no such file" in capsys.readouterr().err

@@ -22,6 +22,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from repogym.bench.viewer import load_episode, render_html, render_text
 
+    _check_not_a_task_id(args.trajectory)
     view = load_episode(args.trajectory)
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     sys.stdout.write(render_text(view, full=args.full, color=color))
@@ -31,3 +32,17 @@ def run(args) -> int:
         out.write_text(render_html(view, full=args.full), encoding="utf-8")
         print(f"wrote {out}")
     return 0
+
+
+def _check_not_a_task_id(given: str, runs: Path = Path("runs")) -> None:
+    """A bare task id where a trajectory file belongs (``repogym show repogym__tablekit-...``): say what show takes
+    and name the trajectory files of that task found under ``runs/``."""
+    from repogym.envs.core.errors import ConfigError
+
+    path = Path(given)
+    if path.exists() or path.suffix or path.name != given:
+        return  # a path of some kind: load_episode says what is wrong with it
+    found = sorted(str(p) for p in runs.rglob(f"{given}*.jsonl"))[:3] if runs.is_dir() else []
+    where = f"; found: {', '.join(found)}" if found else f"; none for {given!r} under {runs}/"
+    raise ConfigError(f"expected a trajectory file, got {given!r}: show takes the file an episode wrote (the demo "
+                      f"writes runs/demo/AGENT/TASK_ID.jsonl), not a task id{where}")
