@@ -118,6 +118,7 @@ def nothing_starts(monkeypatch):
     (["--max-turns", "0"], "expected a positive --max-turns, got 0"),
     (["--agents", "oracle,nul"], "unknown agent 'nul': expected one of oracle, null"),
     (["--agents", ","], "expected --agents to name at least one of oracle, null"),
+    (["--out", __file__], f"expected --out to be a folder, got {__file__!r}: a file"),
 ])
 def test_demo_refuses_bad_arguments_before_anything_starts(tmp_path, capsys, nothing_starts, args, words):
     out = tmp_path / "demo"
@@ -219,6 +220,8 @@ def test_analyze_gc_and_export_refuse_bad_arguments_up_front(tmp_path, capsys, m
     monkeypatch.setattr(repogym.agents.export, "export_trajectories", _NothingMayStart("export_trajectories"))
     assert main(["export", str(tmp_path), "--out", str(tmp_path / "rows.parquet")]) == 2
     assert "as Parquet needs pyarrow: pip install 'repogym[datasets]'" in capsys.readouterr().err
+    assert main(["export", str(tmp_path), "--out", str(tmp_path)]) == 2
+    assert f"expected --out to be a file (.jsonl or .parquet), got {str(tmp_path)!r}: a folder" in capsys.readouterr().err
 
 
 def test_show_given_a_task_id_says_what_it_takes_and_finds_the_tasks_trajectories(tmp_path, capsys, monkeypatch):

@@ -47,6 +47,8 @@ def run(args) -> int:
         raise ConfigError(f"expected --agents to name at least one of {', '.join(AGENTS.names())}, got {args.agents!r}")
     for name in names:
         AGENTS.resolve(name)  # an unknown name lists the valid ones
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ConfigError(f"expected --out to be a folder, got {args.out!r}: a file")
     tasks = load_suite(args.suite)
     if args.task:
         tasks = select_tasks(tasks, args.task, args.suite)

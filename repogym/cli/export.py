@@ -28,6 +28,8 @@ def run(args) -> int:
     from repogym.envs.core.errors import ConfigError
 
     # Checked before every trajectory is read, not when the file is written.
+    if Path(args.out).is_dir():
+        raise ConfigError(f"expected --out to be a file (.jsonl or .parquet), got {args.out!r}: a folder")
     if Path(args.out).suffix.lower() == ".parquet" and importlib.util.find_spec("pyarrow") is None:
         raise ConfigError(f"writing {args.out} as Parquet needs pyarrow: pip install 'repogym[datasets]' (or write "
                           f".jsonl)")
