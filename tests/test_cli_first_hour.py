@@ -235,3 +235,22 @@ def test_show_given_a_task_id_says_what_it_takes_and_finds_the_tasks_trajectorie
     assert f"found: runs/demo/oracle/{TASK}.jsonl" in capsys.readouterr().err
     assert main(["show", "missing.jsonl"]) == 2  # a path: the viewer's own message
     assert "expected a trajectory file, got 'missing.jsonl': no such file" in capsys.readouterr().err
+
+
+def test_demo_sh_passes_its_arguments_to_repogym_demo(tmp_path):
+    # scripts/demo.sh as shipped, in a tree whose set-up is a no-op and whose repogym prints its arguments.
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "demo.sh").write_text((root / "scripts" / "demo.sh").read_text())
+    (tmp_path / "scripts" / "setup.sh").write_text("true\n")
+    (tmp_path / "scripts" / "venvs.sh").write_text(f'MAIN_VENV={tmp_path}/venv\nVENV_DIR={tmp_path}/venv\n'
+                                                   'checkout_writable() { true; }\n')
+    fake = tmp_path / "venv" / "bin" / "repogym"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
+    fake.chmod(0o755)
+    done = subprocess.run(["bash", str(tmp_path / "scripts" / "demo.sh"), "--task", TASK, "--task", "b", "--limit",
+                           "1"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:-1] == ["demo", "--suite", "builtin", "--agents", "oracle,null", "--out",
+                                            "runs/demo", "--task", TASK, "--task", "b", "--limit", "1"]
