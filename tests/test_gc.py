@@ -118,13 +118,68 @@ def test_a_dead_owner_on_this_host_is_dead_at_once_whatever_its_heartbeat(world)
     assert owner_status(dead, 120) == (False, f"owner dead (pid {dead.split(':')[1]} gone)")
 
 
+# A child that starts its heartbeat the way a sandbox start does (owner_labels), forks a grandchild that starts its
+# own and exits normally, checks its own heartbeat survived that, then ends as argv[1] says.
+ENDING_CHILD = """
+import os, sys
+from repogym.envs.sandbox.owner import heartbeat_path, owner_id, owner_labels
+owner_labels()
+print(owner_id(), flush=True)
+child = os.fork()
+if child == 0:
+    owner_labels()
+    print(owner_id(), flush=True)
+    sys.exit(0)  # a normal exit: its atexit hooks run, the inherited one included
+os.waitpid(child, 0)
+print("kept" if heartbeat_path(owner_id()).exists() else "lost", flush=True)
+if sys.argv[1] == "exception":
+    raise RuntimeError("the program failed")
+"""
+
+
+@pytest.mark.parametrize("ending", ["normal", "exception"])
+def test_a_process_that_ends_normally_leaves_no_heartbeat_and_gc_finds_nothing(world, ending, capsys):
+    ran = subprocess.run([sys.executable, "-c", ENDING_CHILD, ending], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert ran.returncode == (0 if ending == "normal" else 1), ran.stderr
+    parent, child, kept = ran.stdout.split()
+    assert parent != child and kept == "kept", ran.stdout  # the forked child removed its own heartbeat only
+    assert not heartbeat_path(parent).exists() and not heartbeat_path(child).exists()
+    assert [p.name for p in heartbeat_path(parent).parent.iterdir()] == []
+    assert main(["gc", "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "would remove 0 leftover(s)"
+
+
+def test_stop_heartbeat_removes_the_file_and_a_later_start_beats_again(world):
+    owner_labels()
+    beat = heartbeat_path(owner_id())
+    assert beat.exists()
+    owner.stop_heartbeat()
+    assert not beat.exists() and not any(t.name == "repogym-heartbeat" for t in threading.enumerate())
+    owner.stop_heartbeat()  # nothing running: nothing to do
+    owner_labels()  # a sandbox started after close_all (tests do) beats again
+    assert beat.exists()
+
+
+def test_gc_never_counts_the_heartbeat_of_a_live_owner(world):
+    owner_labels()
+    ours = heartbeat_path(owner_id())
+    _age(ours)  # old, as a live owner's never is; but its pid runs with the recorded start time
+    dead = _dead_owner()
+    theirs = heartbeat_path(dead)
+    theirs.write_text(dead)
+    _age(theirs)
+    assert [(x.kind, x.name) for x in gc.find_leftovers()] == [("heartbeat", str(theirs))]
+
+
 # --- temp dirs, cgroups, heartbeats without Docker ------------------------------------------------------
 
 def test_tempdirs_of_dead_owners_go_live_and_unmarked_ones_stay(world):
-    # A real process marks its folder, exits without cleaning up, and its last heartbeat goes stale.
-    code = ("import tempfile, sys; from repogym.envs.sandbox.owner import write_owner_marker, owner_id; "
+    # A real process marks its folder, dies without cleaning up (os._exit: no atexit hook runs), and its last
+    # heartbeat goes stale.
+    code = ("import os, tempfile, sys; from repogym.envs.sandbox.owner import write_owner_marker, owner_id; "
             "d = tempfile.mkdtemp(prefix='repogym-local-', dir=sys.argv[1]); write_owner_marker(d); "
-            "print(d, owner_id())")
+            "print(d, owner_id(), flush=True); os._exit(0)")
     out = subprocess.run([sys.executable, "-c", code, str(world)], cwd=ROOT, check=True, capture_output=True,
                          text=True).stdout.split()
     crashed, crashed_owner = Path(out[0]), out[1]
@@ -304,12 +359,12 @@ def _repogym_labels(run: str) -> dict:
 @pytest.mark.docker
 def test_containers_of_dead_owners_go_live_and_unlabelled_ones_stay(docker_world):
     client, run = docker_world
-    # A real process creates a container the way docker.py does, then exits without removing it.
-    code = ("import sys, time, docker; from repogym.envs.sandbox.owner import owner_labels, owner_id; "
+    # A real process creates a container the way docker.py does, then dies without removing it.
+    code = ("import os, sys, time, docker; from repogym.envs.sandbox.owner import owner_labels, owner_id; "
             "labels = {'repogym': '1', 'repogym.run': sys.argv[1], 'repogym.created': str(int(time.time())), "
             "**owner_labels()}; "
             "c = docker.from_env().containers.run('repogym/base:bookworm', ['sleep', 'infinity'], detach=True, "
-            "labels=labels, network_mode='none'); print(c.name, owner_id())")
+            "labels=labels, network_mode='none'); print(c.name, owner_id(), flush=True); os._exit(0)")
     out = subprocess.run([sys.executable, "-c", code, run], cwd=ROOT, check=True, capture_output=True,
                          text=True).stdout.split()
     crashed, crashed_owner = out
@@ -362,6 +417,21 @@ def test_gc_reaps_the_sandbox_of_a_crashed_run(docker_world, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[:2] == ["removed 1 leftover(s)", "container (1):"] and lines[2].startswith(f"  {name}  ")
     assert gc.find_leftovers(run_id=run) == []
+
+
+@pytest.mark.docker
+def test_a_run_that_ends_normally_leaves_gc_nothing(docker_world):
+    client, run = docker_world
+    code = ("import sys; from repogym.envs.sandbox import SandboxConfig, make_sandbox; "
+            "from repogym.envs.sandbox.owner import owner_id; "
+            "box = make_sandbox('docker', SandboxConfig(run_id=sys.argv[1])); print(box.name, owner_id())")
+    ran = subprocess.run([sys.executable, "-c", code, run], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    name, its_owner = ran.stdout.split()
+    assert client.containers.list(all=True, filters={"name": name}) == []
+    assert not heartbeat_path(its_owner).exists()
+    assert gc.find_leftovers(run_id=run) == []
+    assert [x for x in gc.find_leftovers() if x.kind == "heartbeat"] == []
 
 
 @pytest.mark.docker

@@ -4,8 +4,9 @@ Every sandbox registers here before it starts (a container by its name, before t
 warm pool when it is made. When the process ends normally, by an uncaught exception, by SIGINT (Python's
 ``KeyboardInterrupt``) or by SIGTERM (turned into ``SystemExit`` by the handler installed here, so ``finally``
 blocks run too), :func:`close_all` runs from ``atexit``: new starts are refused, pools stop refilling and close
-what they hold, every live sandbox is closed, and last every container still labelled with this process's owner
-id is removed, so one a thread was creating at that moment goes as well.
+what they hold, every live sandbox is closed, every container still labelled with this process's owner id is
+removed, so one a thread was creating at that moment goes as well, and last the process's heartbeat file is
+removed: nothing of it is left for ``repogym gc`` to count.
 
 Not covered: SIGKILL of the process (nothing of it runs). Its local sandboxes die with it (bubblewrap's
 ``--die-with-parent``); its containers are left to ``repogym gc``, which reaps an owner on this host at once,
@@ -24,6 +25,7 @@ from typing import Any
 
 from repogym.envs.core.bugs import report_bug
 from repogym.envs.core.errors import SandboxError, SandboxUnavailable
+from repogym.envs.sandbox.owner import stop_heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +103,7 @@ def close_all() -> int:
     for sandbox in sandboxes:
         _close_quietly(sandbox.close, sandbox, bugs)
     removed = _sweep_containers() if _state["docker"] else 0
+    stop_heartbeat()  # last: until the sweep is done, another host's gc must see this owner alive
     for exc in bugs:  # reported once everything else is closed (strict mode raises the first)
         report_bug("sandbox.cleanup.close_all", exc)
     return removed

@@ -7,6 +7,10 @@ import``. Environment image: the base plus a non-root ``agent`` user, ``/repo``,
 (stdlib only, run by the image's own interpreter) and, when a task's ``setup.pip`` names packages, a
 wheelhouse that ``pip download`` fills on the host for that Python and that installs with ``--no-index``
 inside (containers have no network).
+
+Every long step (a pull, ``debootstrap``, an import, a build, the wheel downloads) says what it does and then the
+time elapsed at least every 10 s (:func:`repogym.envs.core.ticker.ticking`): on the caller's ``log`` where one is
+given, else on stderr.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from repogym.envs.core.errors import ConfigError, SandboxError
+from repogym.envs.core.ticker import ticking, to_stderr
 from repogym.envs.sandbox.base import INSIDE_DIR, REPO_DIR
 from repogym.envs.sandbox.docker_client import docker_client
 from repogym.envs.sandbox.install import INSTALL_HOOK_NAME, environment_requirements, install_hook, install_steps
@@ -80,14 +85,15 @@ def _try_pull(client, log, python: str) -> bool:
     import docker
     name, tag = "python", f"{python}-slim-{DEBIAN_FOR_PYTHON[python]}"
     try:
-        client.images.pull(name, tag=tag)
+        with ticking(f"pulling {name}:{tag}", log):
+            client.images.pull(name, tag=tag)
     except (docker.errors.APIError, docker.errors.DockerException, OSError) as exc:
         log(f"no registry answered for {name}:{tag} ({str(exc).splitlines()[0][:120]}); building offline")
         return False
     dockerfile = (f"FROM {name}:{tag}\nRUN apt-get update && apt-get install -y --no-install-recommends git procps "
                   "&& rm -rf /var/lib/apt/lists/* && pip install --no-cache-dir pytest\n"
                   "RUN ln -sf /usr/local/bin/python3 /usr/bin/python3 || true\n")
-    _build(client, dockerfile, {}, base_image_name(python), network=True)
+    _build(client, dockerfile, {}, base_image_name(python), network=True, log=log)
     log(f"built {base_image_name(python)} from {name}:{tag}")
     return True
 
@@ -98,17 +104,18 @@ def _debootstrap_import(client, log, python: str) -> str:
     with tempfile.TemporaryDirectory(prefix="repogym-rootfs-") as tmp:
         rootfs, archive = Path(tmp) / "rootfs", Path(tmp) / "rootfs.tar"
         release = DEBIAN_FOR_PYTHON[python]
-        log(f"debootstrap {release} for Python {python} (about a minute)...")
-        proc = subprocess.run(["debootstrap", "--variant=minbase", "--include=" + ",".join(DEBIAN_PACKAGES),
-                               release, str(rootfs)], capture_output=True, text=True)
+        with ticking(f"debootstrap {release} for Python {python} (about a minute)", log):
+            proc = subprocess.run(["debootstrap", "--variant=minbase", "--include=" + ",".join(DEBIAN_PACKAGES),
+                                   release, str(rootfs)], capture_output=True, text=True)
         if proc.returncode != 0:
             raise SandboxError("sandbox.images", f"debootstrap failed: {proc.stdout[-800:]}{proc.stderr[-800:]}")
         subprocess.run(["rm", "-rf", str(rootfs / "var/cache/apt/archives"), str(rootfs / "var/lib/apt/lists")])
-        subprocess.run(["tar", "-C", str(rootfs), "-cf", str(archive), "."], check=True)
         repo, tag = base_image_name(python).split(":")
-        client.api.import_image(src=str(archive), repository=repo, tag=tag,
-                                changes=["ENV PATH=/usr/local/bin:/usr/bin:/bin", "ENV LANG=C.UTF-8",
-                                         'CMD ["/bin/bash"]'])
+        with ticking(f"importing the root file system as {base_image_name(python)}", log):
+            subprocess.run(["tar", "-C", str(rootfs), "-cf", str(archive), "."], check=True)
+            client.api.import_image(src=str(archive), repository=repo, tag=tag,
+                                    changes=["ENV PATH=/usr/local/bin:/usr/bin:/bin", "ENV LANG=C.UTF-8",
+                                             'CMD ["/bin/bash"]'])
     log(f"imported {base_image_name(python)}")
     return base_image_name(python)
 
@@ -155,14 +162,17 @@ def docker_image_tag_for(setup: dict[str, Any]) -> str:
     return env_image_tag(setup, docker_client().images.get(base_image_name(python_of(setup))).id)
 
 
-def ensure_env_image(setup: dict[str, Any] | None = None, *, log: Callable[[str], Any] = lambda m: None) -> str:
-    """The environment image for ``setup``, built on first use (and its base, for a Python other than 3.11)."""
+def ensure_env_image(setup: dict[str, Any] | None = None, *, log: Callable[[str], Any] | None = None) -> str:
+    """The environment image for ``setup``, built on first use (and its base, for a Python other than 3.11).
+
+    ``log``: where to say what is built; without one, only the progress of a build shows (on stderr)."""
     import docker
     setup = setup or {}
     python = python_of(setup)
     client = docker_client()
+    note = log or (lambda m: None)
     if python != DEFAULT_PYTHON and not base_image_exists(client, python):
-        build_base_image(python=python, log=log)
+        build_base_image(python=python, log=log or to_stderr)  # minutes: the user hears of it
     try:
         base = client.images.get(base_image_name(python))
     except docker.errors.ImageNotFound:
@@ -173,25 +183,26 @@ def ensure_env_image(setup: dict[str, Any] | None = None, *, log: Callable[[str]
         client.images.get(tag)
         return tag
     except docker.errors.ImageNotFound:  # not built yet: built below
-        log(f"{tag} is not built yet")
+        note(f"{tag} is not built yet")
     files = {f"inside/{p.name}": p.read_bytes() for p in INSIDE_DIR.glob("*.py")}
     requirements = environment_requirements(setup)
     if requirements:
-        files.update(_wheelhouse(requirements, python))
-    log(f"building {tag}")
-    _build(client, env_dockerfile(setup), files, tag, network=False)
+        files.update(_wheelhouse(requirements, python, log))
+    _build(client, env_dockerfile(setup), files, tag, network=False, log=log)
     return tag
 
 
-def _wheelhouse(requirements: list[str], python: str) -> dict[str, bytes]:
+def _wheelhouse(requirements: list[str], python: str, log: Callable[[str], Any] | None) -> dict[str, bytes]:
     with tempfile.TemporaryDirectory() as tmp:
-        error = download_wheels(requirements, python, Path(tmp))
+        error = download_wheels(requirements, python, Path(tmp), log=log)
         if error:
             raise ConfigError(f"could not download {requirements} for the image: {error[-600:]}")
         return {f"wheels/{p.name}": p.read_bytes() for p in Path(tmp).iterdir()}
 
 
-def _build(client, dockerfile: str, files: dict[str, bytes], tag: str, *, network: bool) -> None:
+def _build(client, dockerfile: str, files: dict[str, bytes], tag: str, *, network: bool,
+           log: Callable[[str], Any] | None = None) -> None:
+    """Build ``tag`` from ``dockerfile`` and ``files`` (name -> bytes), saying so on ``log`` (else stderr)."""
     import docker
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -201,8 +212,9 @@ def _build(client, dockerfile: str, files: dict[str, bytes], tag: str, *, networ
             tar.addfile(info, io.BytesIO(data))
     buf.seek(0)
     try:
-        client.images.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True,
-                            network_mode=None if network else "none")
+        with ticking(f"building {tag}", log):
+            client.images.build(fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True,
+                                network_mode=None if network else "none")
     except docker.errors.BuildError as exc:
         log = "".join(str(chunk.get("stream", chunk.get("error", ""))) for chunk in exc.build_log)
         raise SandboxError("sandbox.images", f"building {tag} failed: {log[-1500:]}") from None

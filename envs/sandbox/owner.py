@@ -6,12 +6,18 @@ reuse harmless. Containers carry it in the ``repogym.owner`` label, local sandbo
 
 Guaranteed: an owner on this host is alive exactly while its pid runs with the same start time (its
 heartbeat is not asked: a dead owner is reaped at once); an owner on another host counts as alive while its
-heartbeat file (touched every ``HEARTBEAT_INTERVAL_S`` by a daemon thread) is fresh. Not guaranteed: an owner on another host is only seen alive if its heartbeat folder is
-shared with this one (same ``REPOGYM_CACHE`` or ``REPOGYM_HEARTBEAT_DIR``); otherwise it looks dead.
+heartbeat file (touched every ``HEARTBEAT_INTERVAL_S`` by a daemon thread) is fresh. A process that ends
+normally (or by an exception, SIGINT, or SIGTERM where :mod:`~repogym.envs.sandbox.cleanup` handles it) removes
+its heartbeat file at exit, after its sandboxes are closed, so a healthy machine keeps none of owners that are
+gone. Not guaranteed: an owner on another host is only seen alive if its heartbeat folder is shared with this
+one (same ``REPOGYM_CACHE`` or ``REPOGYM_HEARTBEAT_DIR``); otherwise it looks dead. A process killed outright
+(SIGKILL, ``os._exit``) leaves its heartbeat to ``repogym gc``.
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
 import re
 import socket
@@ -26,9 +32,14 @@ MARKER_NAME = ".repogym-owner"
 HEARTBEAT_INTERVAL_S = 10.0
 HEARTBEAT_DIR_ENV = "REPOGYM_HEARTBEAT_DIR"
 
+log = logging.getLogger(__name__)
+
 _lock = threading.Lock()
-# (pid, heartbeat file, stop event) of the running heartbeat; after a fork the pid differs.
-_heartbeat: tuple[int, Path, threading.Event] | None = None
+# (pid, heartbeat file, stop event, thread) of the running heartbeat; after a fork the pid differs.
+_heartbeat: tuple[int, Path, threading.Event, threading.Thread] | None = None
+# Whether stop_heartbeat is registered with atexit. A forked child inherits the hook, which then stops the child's
+# own heartbeat (it reads ``_heartbeat``, which the fork reset), so one registration serves every process.
+_atexit_registered = False
 
 
 def _reset_after_fork() -> None:
@@ -91,20 +102,50 @@ def _heartbeat_loop(path: Path, owner: str, stop: threading.Event) -> None:
 
 def ensure_heartbeat() -> None:
     """Start this process's heartbeat thread unless it runs already (again after a fork, or when the
-    heartbeat folder changed, as tests do)."""
-    global _heartbeat
+    heartbeat folder changed, as tests do); :func:`stop_heartbeat` runs at exit."""
+    global _heartbeat, _atexit_registered
     with _lock:
         owner = owner_id()
         path = heartbeat_path(owner)
         if _heartbeat is not None and _heartbeat[:2] == (os.getpid(), path):
             return
         if _heartbeat is not None:
-            _heartbeat[2].set()  # the old thread (this process's) beats into a folder no longer used
+            _stop(*_heartbeat[1:])  # the old thread (this process's) beats into a folder no longer used
+        if not _atexit_registered:
+            # For a process that beats without cleanup's hook; where that hook runs, close_all stops the heartbeat
+            # itself once its sandboxes are closed (a heartbeat removed earlier only makes another host's gc
+            # remove, a moment early, the containers close_all is removing anyway).
+            atexit.register(stop_heartbeat)
+            _atexit_registered = True
         _beat(path, owner)  # at once, so a gc right after sees a fresh heartbeat
         stop = threading.Event()
-        threading.Thread(target=_heartbeat_loop, args=(path, owner, stop), name="repogym-heartbeat",
-                         daemon=True).start()
-        _heartbeat = (os.getpid(), path, stop)
+        thread = threading.Thread(target=_heartbeat_loop, args=(path, owner, stop), name="repogym-heartbeat",
+                                  daemon=True)
+        thread.start()
+        _heartbeat = (os.getpid(), path, stop, thread)
+
+
+def stop_heartbeat() -> None:
+    """Stop this process's heartbeat and remove its file (nothing when none runs in this process). Run at exit,
+    after :func:`repogym.envs.sandbox.cleanup.close_all`: an owner that ended normally leaves no heartbeat for
+    ``repogym gc`` to count. A later sandbox start beats again."""
+    global _heartbeat
+    with _lock:
+        if _heartbeat is None or _heartbeat[0] != os.getpid():
+            return
+        _, path, stop, thread = _heartbeat
+        _heartbeat = None
+        _stop(path, stop, thread)
+
+
+def _stop(path: Path, stop: threading.Event, thread: threading.Thread) -> None:
+    stop.set()
+    if thread is not threading.current_thread():
+        thread.join(timeout=HEARTBEAT_INTERVAL_S)  # a beat in progress could write the file again after the unlink
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:  # the heartbeat folder (gone read-only, another user's): gc reaps the file later
+        log.info("could not remove the heartbeat %s: %s", path, exc)
 
 
 def owner_labels() -> dict[str, str]:

@@ -23,7 +23,8 @@ Not guaranteed: the repository is loaded from the task's snapshot into a tmpfs a
 the image's own copy, so what the image built in place in its repository folder (compiled extensions, a
 setuptools ``*.egg-info``, a setuptools-scm ``_version.py``) is not there; a task that needs them says so
 in its install steps (``setup.install``). Nothing is pulled: a missing image is a :class:`ConfigError`
-saying ``docker pull``.
+saying ``docker pull``. A build says what it builds and then the time elapsed at least every 10 s (on the
+caller's ``log``, else stderr).
 """
 
 from __future__ import annotations
@@ -109,9 +110,12 @@ def prebuilt_tag(image_id: str, workdir: str) -> str:
     return f"{PREBUILT_REPO}:{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
-def ensure_prebuilt_image(setup: dict[str, Any], *, log: Callable[[str], Any] = lambda m: None) -> PrebuiltImage:
-    """The derived image of ``setup["image"]`` (see the module docstring), built on first use."""
+def ensure_prebuilt_image(setup: dict[str, Any], *, log: Callable[[str], Any] | None = None) -> PrebuiltImage:
+    """The derived image of ``setup["image"]`` (see the module docstring), built on first use.
+
+    ``log``: where to say what is built; without one, only the progress of a build shows (on stderr)."""
     import docker
+    note = log or (lambda m: None)
     name = setup.get("image")
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"setup.image: expected an image name, got {name!r}")
@@ -126,12 +130,12 @@ def ensure_prebuilt_image(setup: dict[str, Any], *, log: Callable[[str], Any] = 
     try:
         return _described(tag, client.images.get(tag).labels)
     except (docker.errors.ImageNotFound, KeyError) as exc:  # not built yet, or without repogym's labels: built now
-        log(f"{tag} is not built ({type(exc).__name__}: {exc})")
+        note(f"{tag} is not built ({type(exc).__name__}: {exc})")
     dockerfile, _ = prebuilt_dockerfile(name, workdir, _probe(client, name))
-    log(f"building {tag} from {name}")
+    note(f"{tag} derives from {name}")
     from repogym.envs.sandbox.images import _build
     _build(client, dockerfile, {f"inside/{p.name}": p.read_bytes() for p in INSIDE_DIR.glob("*.py")}, tag,
-           network=False)
+           network=False, log=log)
     return _described(tag, client.images.get(tag).labels)
 
 

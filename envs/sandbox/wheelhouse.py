@@ -6,6 +6,9 @@ environment markers of dependencies with the host's interpreter: for a 3.9 image
 not the host's Python, the requirements are downloaded without their dependencies, then each downloaded
 wheel's ``Requires-Dist`` is evaluated for the target and what is missing is downloaded the same way, until
 nothing is. Version conflicts are left to the installing pip, which runs with the target's interpreter.
+
+The download says what it fetches and then the time elapsed at least every 10 s (on the caller's ``log``, else
+stderr): a first install of a task's packages can take minutes.
 """
 
 from __future__ import annotations
@@ -15,18 +18,27 @@ import sys
 import zipfile
 from email.parser import Parser
 from pathlib import Path
+from typing import Any, Callable
 
 from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from repogym.envs.core.ticker import ticking
+
 HOST_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 MAX_ROUNDS = 12  # dependency depth; real trees are far shallower
 
 
-def download_wheels(requirements: list[str], python: str, dest: Path) -> str | None:
+def download_wheels(requirements: list[str], python: str, dest: Path,
+                    log: Callable[[str], Any] | None = None) -> str | None:
     """Binary wheels of ``requirements`` and their dependencies for Python ``python`` in ``dest``; pip's error or
-    ``None``."""
+    ``None``. Progress goes to ``log`` (else stderr)."""
+    with ticking(f"downloading wheels of {' '.join(requirements)} for Python {python}", log):
+        return _download(requirements, python, dest)
+
+
+def _download(requirements: list[str], python: str, dest: Path) -> str | None:
     if python == HOST_PYTHON:
         return _pip_download(requirements, python, dest, deps=True)
     wanted = list(requirements)

@@ -24,7 +24,8 @@ On a machine without CUDA (vLLM's CPU build) the engine sets the environment tha
 set: ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB) and ``VLLM_HOST_IP=127.0.0.1``, and ``TORCHDYNAMO_DISABLE=1`` with
 ``enforce_eager`` where torch is installed in a folder whose path has a space (torch's C++ builder passes that path unquoted to the linker, so
 every compiled kernel fails and the engine dies); everywhere it turns off usage stats and hub access (the model
-is a local folder).
+is a local folder). Its start (importing vLLM, loading the model, profiling memory, capturing CUDA graphs: up to
+minutes) says so on stderr, with the time elapsed at least every 10 s (a Ray actor's stderr reaches the driver).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from repogym.agents.policy import Completion, SamplingParams
+from repogym.envs.core.ticker import ticking
 
 WORKER_EXTENSION = "repogym.trainer.inference.vllm_worker.WeightSyncExtension"
 _OFFLINE_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
@@ -126,17 +128,18 @@ class VLLMEngine:
         _set_default_env(eager_only)
         if eager_only:
             config = dataclasses.replace(config, enforce_eager=True)
-        import vllm
-
         self.config = config
-        self._vllm = vllm
-        self.version = 0
-        self._ids = itertools.count()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="vllm-loop")
-        self._thread.start()
-        self._gate = self._run(self._make_gate())
-        self.llm = llm if llm is not None else self._run(self._start())
+        with ticking(f"starting vLLM for {config.model}") if llm is None else contextlib.nullcontext():
+            import vllm
+
+            self._vllm = vllm
+            self.version = 0
+            self._ids = itertools.count()
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="vllm-loop")
+            self._thread.start()
+            self._gate = self._run(self._make_gate())
+            self.llm = llm if llm is not None else self._run(self._start())
         self.max_model_len = self._max_model_len()
 
     @classmethod
