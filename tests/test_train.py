@@ -50,7 +50,7 @@ def test_every_config_file_loads():
 
 
 def test_config_errors_name_the_bad_key_and_the_valid_ones(tmp_path):
-    with pytest.raises(ConfigError, match=r"train\.: unknown key\(s\) \['stepz'\]"):
+    with pytest.raises(ConfigError, match=r"train: unknown key .stepz. \(did you mean .steps.\?\); valid: .*tasks_per_step"):
         load_config(CONFIGS / "tiny-cpu.yaml", ["train.stepz=3"])
     with pytest.raises(ConfigError, match="fleet.mode"):
         load_config(None, ["fleet.mode=sometimes"])
@@ -86,11 +86,11 @@ def test_the_env_section_is_the_envs_own_config_with_its_defaults(tmp_path):
 
     assert TrainConfig().env == EnvConfig() and load_config(None).env == EnvConfig()
     assert load_config(None, ["env.max_turns=4"]).env == EnvConfig(max_turns=4)
-    with pytest.raises(ConfigError, match=r"env\.: unknown key\(s\) \['max_turnz'\]; valid: .*'max_turns'"):
+    with pytest.raises(ConfigError, match=r"env: unknown key 'max_turnz' \(did you mean 'max_turns'\?\); valid: .*max_turns"):
         load_config(None, ["env.max_turnz=4"])
-    with pytest.raises(ConfigError, match=r"env\.sandbox_config\.: unknown key\(s\) \['memroy'\]"):
+    with pytest.raises(ConfigError, match=r"env\.sandbox_config: unknown key 'memroy' \(did you mean"):
         load_config(None, ["env.sandbox_config.memroy=4g"])
-    with pytest.raises(ConfigError, match=r"env\.: max_turns must be >= 1, got 0"):
+    with pytest.raises(ConfigError, match=r"env: max_turns must be >= 1, got 0"):
         load_config(None, ["env.max_turns=0"])
     # Non-scalar fields: a nested dataclass, a tuple, a preset name or a mapping for the reward.
     env = load_config(None, ["env.sandbox_config.memory=4g", "env.sandbox_config.hidden_paths=[/a, /b]",

@@ -1,6 +1,8 @@
 """The training config: one dataclass per component, loaded from YAML, overridable as ``a.b=value``.
 
-Unknown keys are errors that list the valid ones (a typo must not silently train the default). The ``env``
+Unknown keys are errors that name the closest valid key and list them all (a typo must not silently train the
+default), in every section, in ``algorithm.options`` and in ``sft.agent_options``: :func:`load_config` and
+:meth:`TrainConfig.check` raise them before a model is built or the run folder is written. The ``env``
 section is the environment's own :class:`~repogym.envs.repo_env.EnvConfig`, with its defaults: a run
 that wants fewer turns or shorter timeouts says so in its YAML.
 """
@@ -8,6 +10,9 @@ that wants fewer turns or shorter timeouts says so in its YAML.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import importlib.util
+import inspect
 import types
 import typing
 from dataclasses import dataclass, field
@@ -138,6 +143,34 @@ class HeldoutConfig:
     """Only these tasks of ``suites`` (None: all of them)."""
 
 
+@dataclass
+class WandbConfig:
+    """Weights & Biases: the metrics of ``metrics.jsonl`` (same names) to a W&B run. Needs the ``wandb`` extra
+    (``pip install "repogym[wandb]"``)."""
+
+    project: str = "repogym"
+    entity: str | None = None
+    """Team or user (None: your default entity)."""
+    name: str | None = None
+    """The W&B run's name (None: the run folder's name)."""
+    mode: str = "online"
+    """``online``, ``offline`` (written under ``RUN_DIR/wandb``, ``wandb sync`` uploads it later) or ``disabled``."""
+    tags: list[str] = field(default_factory=list)
+
+
+WANDB_MODES = ("online", "offline", "disabled")
+
+
+@dataclass
+class LoggingConfig:
+    """Where the step metrics go besides ``RUN_DIR/metrics.jsonl`` (always written)."""
+
+    tensorboard: bool = True
+    """TensorBoard scalars under ``RUN_DIR/tb`` (when tensorboard is installed)."""
+    wandb: WandbConfig | None = None
+    """A Weights & Biases run (None: none), e.g. ``{project: my-project, mode: offline}``."""
+
+
 CONTROLS = ("none", "sft_continue", "shuffled_rewards")
 
 
@@ -160,6 +193,7 @@ class TrainConfig:
     ray: RayConfig = field(default_factory=RayConfig)
     train: LoopConfig = field(default_factory=LoopConfig)
     heldout: HeldoutConfig = field(default_factory=HeldoutConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
     branching: BranchingConfig = field(default_factory=BranchingConfig)
     """Branch training episodes and compare the continuations of each branch point (GRPO; ``at: off`` by
     default). Fields: ``at`` (``off``, ``after_failing_tests``, ``turn:K``) and ``group`` (continuations per
@@ -198,10 +232,66 @@ class TrainConfig:
         check_options(self.algorithm.name, self.algorithm.options)  # a typo is caught before a model is built
         if self.algorithm.name == "sft":
             raise ConfigError("algorithm sft is the warm start: set sft.steps and an RL algorithm (grpo, ppo)")
+        temperature = self.algorithm.options.get("temperature", _default_of(self.algorithm.name, "temperature"))
+        if temperature is not None and abs(float(temperature) - self.agent.temperature) > 1e-9:
+            # The learner's ratios compare against sampling logprobs: both must be at the same temperature.
+            raise ConfigError(f"algorithm.options.temperature ({temperature}) must equal agent.temperature "
+                              f"({self.agent.temperature})")
+        self._check_sft_agent()
+        w = self.logging.wandb
+        if w is not None:
+            if w.mode not in WANDB_MODES:
+                raise ConfigError(f"logging.wandb.mode must be one of {', '.join(WANDB_MODES)}, got {w.mode!r}")
+            if importlib.util.find_spec("wandb") is None:
+                raise ConfigError('logging.wandb needs the wandb package, which is not installed: '
+                                  'pip install "repogym[wandb]" (or drop logging.wandb)')
         if self.branching.enabled and self.algorithm.name != "grpo":
             raise ConfigError(f"branching compares the continuations of a branch point with GRPO's advantages: set "
                               f"algorithm.name: grpo (got {self.algorithm.name!r}) or branching.at: off")
         return self
+
+    def _check_sft_agent(self) -> None:
+        """``sft.agent`` exists and takes every option of ``sft.agent_options`` and ``sft.agent_variants`` (the hf
+        agent's options are the ``agent`` section's fields, checked as it is read)."""
+        s = self.sft
+        if s.trajectories or s.agent == "hf":
+            return
+        from repogym.agents import AGENTS
+        from repogym.agents import check_options as check_agent_options
+
+        factory = AGENTS.resolve(s.agent)
+        params = inspect.signature(factory).parameters.values()
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            return
+        named = [p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                      inspect.Parameter.KEYWORD_ONLY)]
+        for where, options in [("sft.agent_options", s.agent_options),
+                               *((f"sft.agent_variants[{i}]", v) for i, v in enumerate(s.agent_variants))]:
+            if not isinstance(options, dict):
+                raise ConfigError(f"{where}: expected a mapping of options, got {type(options).__name__}")
+            check_agent_options(f"{where} (agent {s.agent!r})", options, named)
+
+
+def _default_of(algorithm: str, option: str) -> Any:
+    """The default of one option of ``algorithm``'s config (None when it has no such option)."""
+    from repogym.trainer.algorithms import ALGORITHMS
+
+    for f in dataclasses.fields(ALGORITHMS.resolve(algorithm).config_type):
+        if f.name == option:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+    return None
+
+
+def unknown_keys_message(section: str, unknown: list[str], valid: list[str]) -> str:
+    """``section: unknown key 'x' (did you mean 'y'?); valid: ...``: each unknown key with its closest valid one."""
+    hints = []
+    for key in unknown:
+        close = difflib.get_close_matches(str(key), valid, n=1)
+        hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (f"{section}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; "
+            f"valid: {', '.join(sorted(valid))}")
 
 
 def from_dict(cls, data: Any, where: str = ""):
@@ -209,14 +299,14 @@ def from_dict(cls, data: Any, where: str = ""):
     if data is None:
         return cls()
     if not isinstance(data, dict):
-        raise ConfigError(f"{where or cls.__name__}: expected a mapping, got {type(data).__name__}")
+        raise ConfigError(f"{where.rstrip('.') or cls.__name__}: expected a mapping, got {type(data).__name__}")
     if cls is EnvConfig and data.get("max_observation_tokens") is not None and data.get("tokenizer") is None:
         data = {**data, "tokenizer": POLICY_TOKENIZER}
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
+    unknown = sorted(set(data) - names, key=str)
     if unknown:
-        raise ConfigError(f"{where or cls.__name__}: unknown key(s) {unknown}; valid: {sorted(names)}")
+        raise ConfigError(unknown_keys_message(where.rstrip(".") or cls.__name__, unknown, sorted(names)))
     values = {}
     for key, value in data.items():
         sub = _dataclass_in(hints[key])
@@ -228,7 +318,7 @@ def from_dict(cls, data: Any, where: str = ""):
     try:
         return cls(**values)
     except (TypeError, ConfigError) as exc:  # ConfigError: the dataclass's own checks (EnvConfig.__post_init__)
-        raise ConfigError(f"{where or cls.__name__}: {exc}") from None
+        raise ConfigError(f"{where.rstrip('.') or cls.__name__}: {exc}") from None
 
 
 def _number(hint, value: Any, where: str) -> Any:

@@ -9,6 +9,10 @@ curriculum learns which tasks were solved. With ``branching`` (GRPO), a task's g
 branching.group`` episodes, each forked at its branch point into ``branching.group`` continuations that are
 compared with each other (:mod:`repogym.trainer.branching`). Metrics go to ``RUN_DIR/metrics.jsonl`` and TensorBoard.
 
+Every long phase draws a bar on stderr (:mod:`repogym.trainer.progress`). The first Ctrl-C (SIGINT) stops the run
+at once, or after the learner update under way, and saves a checkpoint of the last finished step; a second exits
+at once (see :meth:`Trainer.run`).
+
 Sync mode runs a step's episodes, then trains. Async mode keeps a second step's worth of groups in
 flight while the learner trains, and drops samples more than ``fleet.max_staleness`` versions old.
 With ``fleet.backend: local`` (one in-process worker) a run is deterministic given its seed, which is
@@ -17,11 +21,16 @@ what makes resuming from a checkpoint reproduce the next step exactly.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import difflib
 import json
 import math
+import os
 import random
+import signal
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,13 +48,18 @@ from repogym.envs.taskgen.recipes import ensure_suites
 from repogym.trainer.algorithms import make_algorithm
 from repogym.trainer.algorithms.common import Sample
 from repogym.trainer.branching import closes_request, comparison_key, generated_tokens, has_signal
-from repogym.trainer.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from repogym.trainer.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint
 from repogym.trainer.config import HeldoutConfig, TrainConfig, to_dict
 from repogym.trainer.curriculum import Curriculum
 from repogym.trainer.fleet import EpisodeOutcome, EpisodeRequest, Fleet, WorkerSpec, make_fleet
 from repogym.trainer.inference.weights import WEIGHT_MOVERS, WeightMover, make_weight_mover
 from repogym.trainer.learner import PolicyLearner
 from repogym.trainer.metrics import MetricsLogger
+from repogym.trainer.progress import phase, say
+
+
+WAIT_S = 5.0
+"""Longest wait for the fleet in one call: the bars' postfix and a Ctrl-C's check come back at least this often."""
 
 
 def _seed_of(*parts: int) -> int:
@@ -73,15 +87,36 @@ def learner_on_ray(config: TrainConfig, cuda: bool) -> bool:
     return config.learner.world_size > 1 or gpu_beside_engines
 
 
+def unknown_ids(where: str, wanted: list[str], known: set[str]) -> None:
+    """Raise a ConfigError naming each id of ``wanted`` not in ``known``, with its closest known ids."""
+    missing = sorted(set(wanted) - known)
+    if missing:
+        hints = []
+        for task_id in missing:
+            close = difflib.get_close_matches(task_id, sorted(known), n=3)
+            hints.append(f"{task_id!r}" + (f" (closest: {', '.join(close)})" if close else ""))
+        raise ConfigError(f"{where}: unknown task id{'s' if len(missing) > 1 else ''} {'; '.join(hints)} "
+                          f"(`repogym tasks list` lists them)")
+
+
 def heldout_tasks(config: HeldoutConfig) -> list:
     """The held-out split's tasks (sorted by id); a listed id no suite has is a ConfigError."""
     tasks = {t.instance_id: t for name in config.suites for t in load_suite(name)}
     if config.task_ids is not None:
-        missing = sorted(set(config.task_ids) - set(tasks))
-        if missing:
-            raise ConfigError(f"heldout.task_ids: not in heldout.suites {sorted(config.suites)}: {missing}")
+        unknown_ids(f"heldout.task_ids (of heldout.suites {sorted(config.suites)})", config.task_ids, set(tasks))
         tasks = {k: tasks[k] for k in config.task_ids}
     return [tasks[k] for k in sorted(tasks)]
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C (SIGINT) after saving what it could: ``checkpoint`` (None: no step had finished)
+    holds step ``step``; training the same config (same ``run_dir``) again resumes from it."""
+
+    def __init__(self, run_dir: Path, step: int, checkpoint: Path | None):
+        self.run_dir, self.step, self.checkpoint = run_dir, step, checkpoint
+        kept = (f"kept {checkpoint} (step {step})" if checkpoint is not None
+                else "nothing kept: no step had finished")
+        super().__init__(f"training interrupted: {kept}; run it again with run_dir {run_dir} to resume")
 
 
 def shuffled_rewards(rewards: list[float], seed: int) -> list[float]:
@@ -163,7 +198,6 @@ class Trainer:
     def __init__(self, config: TrainConfig, progress: bool = True):
         self.config = config.check()
         self.run_dir = Path(config.run_dir).resolve()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.progress = progress
         random.seed(config.seed)
         import numpy as np
@@ -178,6 +212,8 @@ class Trainer:
         self.heldout_ids = {t.instance_id for t in self.heldout_tasks}
         cc = config.curriculum
         if cc.task_ids is not None:
+            unknown_ids(f"curriculum.task_ids (of curriculum.suites {sorted(cc.suites)})", cc.task_ids,
+                        {t.instance_id for name in cc.suites for t in load_suite(name)})
             cc = dataclasses.replace(cc, task_ids=[t for t in cc.task_ids if t not in self.heldout_ids])
         self.curriculum = Curriculum(cc, {
             name: [t for t in load_suite(name) if t.instance_id not in self.heldout_ids]
@@ -189,6 +225,8 @@ class Trainer:
         if not self.tasks:
             raise ConfigError("the curriculum has no tasks (check curriculum.suites / task_ids / max_difficulty, "
                               "and that heldout does not take them all)")
+        # The config is sound (checked above): only now the run folder and the model.
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.model_path = self._model_path()
         # Built once (its options were checked by config.check, before any model): the learner's ranks get this one.
         self.algorithm = make_algorithm(config.algorithm.name, config.algorithm.options, self._hidden_size())
@@ -196,10 +234,6 @@ class Trainer:
         # Requests per task group: with branching each makes ``branching.group`` continuations (when it branches).
         b = config.branching
         self.roots = max(1, self.group_size // b.group) if b.enabled else self.group_size
-        if abs(self.algorithm.temperature - config.agent.temperature) > 1e-9:
-            # The learner's ratios compare against sampling logprobs: both must be at the same temperature.
-            raise ConfigError(f"algorithm.options.temperature ({self.algorithm.temperature}) must equal "
-                              f"agent.temperature ({config.agent.temperature})")
         self.learner: PolicyLearner = self._learner()
         self.weights: WeightMover = make_weight_mover(config.inference, config.learner, self.model_path, config.seed)
         self.step, self.version, self.next_group, self.sft_done = 0, 0, 0, False
@@ -210,6 +244,12 @@ class Trainer:
         self._ready: list[StepGroup] = []
         self._eval: list[EpisodeOutcome] = []
         self._stats = StepStats()
+        # Ctrl-C: what the run is doing, whether the learner is mid-update (then the interrupt waits for the update),
+        # and the state of the last finished step (a checkpoint of it needs no rollout of the step after it).
+        self._doing = "setting up"
+        self._updating = False
+        self._interrupted = False
+        self._finished: dict[str, Any] | None = None
 
     # -- setup ----------------------------------------------------------------------------------------
     def _model_path(self) -> str:
@@ -298,12 +338,25 @@ class Trainer:
         return make_fleet(spec, f.backend, f.workers, f.worker_cpus, f.max_restarts)
 
     # -- checkpoints ----------------------------------------------------------------------------------
-    def save(self) -> Path:
-        return save_checkpoint(self.run_dir, self.step, {
-            "learner": self.learner.state_dict(), "curriculum": self.curriculum.state_dict(),
-            "version": self.version, "next_group": self.next_group, "sft_done": self.sft_done,
-            "internal_errors": {"errors": self.internal_errors.errors, "episodes": self.internal_errors.episodes},
-            "config": to_dict(self.config)})
+    def _progress_state(self) -> dict[str, Any]:
+        """Everything a checkpoint holds but the learner's state, copied (the run goes on changing it)."""
+        return {"step": self.step, "curriculum": copy.deepcopy(self.curriculum.state_dict()),
+                "version": self.version, "next_group": self.next_group, "sft_done": self.sft_done,
+                "internal_errors": {"errors": self.internal_errors.errors, "episodes": self.internal_errors.episodes},
+                "rng": rng_state()}
+
+    def save(self, state: dict[str, Any] | None = None) -> Path:
+        """Checkpoint the run now, or as ``state`` (a :meth:`_progress_state` of the last finished step, while the
+        learner has not been updated since) recorded it."""
+        state = dict(state or self._progress_state())
+        step, rng = state.pop("step"), state.pop("rng")
+        return save_checkpoint(self.run_dir, step, {"learner": self.learner.state_dict(), **state,
+                                                    "config": to_dict(self.config)}, rng=rng)
+
+    def _mark_finished(self) -> None:
+        """The learner is done with the current step (or the warm start): its state is what an interrupt keeps."""
+        self._finished = self._progress_state()
+        self._updating = False
 
     def resume(self) -> bool:
         """Load the run folder's latest checkpoint, if any."""
@@ -322,46 +375,98 @@ class Trainer:
 
     # -- the run --------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
-        """Train; returns the last step's metrics."""
+        """Train; returns the last step's metrics. The first Ctrl-C (SIGINT, in the main thread) says what it stops,
+        saves a checkpoint of the last finished step (waiting for a learner update under way, never for rollouts),
+        closes the fleet and raises :class:`TrainingInterrupted`; a second one exits the process at once."""
         c = self.config
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(c), sort_keys=False))
         resumed = self.resume()
-        self.logger = MetricsLogger(self.run_dir, resume_step=self.step if resumed else 0)
-        self._start_ray()
-        last: dict[str, Any] = {}
-        bar = None
+        self.logger = MetricsLogger(self.run_dir, resume_step=self.step if resumed else 0,
+                                    tensorboard=c.logging.tensorboard, wandb=c.logging.wandb, config=to_dict(c))
+        previous_handler = self._catch_interrupts()
         try:
-            if c.sft.steps > 0 and not self.sft_done:
-                self.warm_start()
-            if c.train.control == "sft_continue":
-                # Collecting demonstrations needs rollout workers of its own: before the policy's fleet holds the
-                # cluster's CPUs (on a full cluster the collection would wait for them forever).
-                self._demonstrations()
-            self.fleet = self._make_fleet(self._spec())
-            self._push_weights()
-            if self.step == 0 and c.train.eval_every and c.train.eval_at_start:
-                last = {"step": 0, **self.evaluate()}
-                self.logger.log(0, last)
-            if self.progress:
-                from tqdm import tqdm
-
-                bar = tqdm(total=c.train.steps, initial=self.step, desc="train", unit="step")
-            while self.step < c.train.steps:
-                last = self.rl_step()
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(reward=f"{last.get('rollout/reward_mean', float('nan')):.2f}",
-                                    success=f"{last.get('rollout/success_rate', float('nan')):.2f}",
-                                    eps_min=f"{last.get('charts/episodes_per_min', 0):.0f}")
-            return last
+            self._start_ray()
+            return self._run()
+        except KeyboardInterrupt:
+            if not self._interrupted:  # not ours (no handler outside the main thread): as Python would
+                raise
+            kept = self._keep()
+            raise TrainingInterrupted(self.run_dir, kept[0], kept[1]) from None
         finally:
-            if bar is not None:
-                bar.close()
             if self.fleet is not None:
+                if self._interrupted:
+                    say("closing the rollout fleet (its sandboxes go with it)...")
                 self.fleet.close()
             self.weights.close()
             self.learner.close()
             self.logger.close()
+            if previous_handler is not None:
+                signal.signal(signal.SIGINT, previous_handler)
+
+    def _run(self) -> dict[str, Any]:
+        c = self.config
+        last: dict[str, Any] = {}
+        if c.sft.steps > 0 and not self.sft_done:
+            self.warm_start()
+        if self.sft_done or self.step > 0:
+            self._mark_finished()  # an interrupt from here on keeps this (after a warm start: a step-0 checkpoint)
+        if c.train.control == "sft_continue":
+            # Collecting demonstrations needs rollout workers of its own: before the policy's fleet holds the
+            # cluster's CPUs (on a full cluster the collection would wait for them forever).
+            self._demonstrations()
+        self._doing = "the rollout fleet's start"
+        with phase(self.progress, f"starting the rollout fleet ({c.fleet.backend}, {c.fleet.workers} worker(s))",
+                   unit="s"):
+            self.fleet = self._make_fleet(self._spec())
+            self._push_weights()
+        if self.step == 0 and c.train.eval_every and c.train.eval_at_start:
+            last = {"step": 0, **self.evaluate()}
+            self.logger.log(0, last)
+        with phase(self.progress, "train", total=c.train.steps, initial=self.step, unit="step") as bar:
+            while self.step < c.train.steps:
+                last = self.rl_step()
+                bar.update(1)
+                bar.set_postfix(reward=f"{last.get('rollout/reward_mean', float('nan')):.2f}",
+                                success=f"{last.get('rollout/success_rate', float('nan')):.2f}",
+                                eps_min=f"{last.get('charts/episodes_per_min', 0):.0f}")
+        return last
+
+    # -- interrupts -----------------------------------------------------------------------------------
+    def _catch_interrupts(self):
+        """Install the SIGINT handler (main thread only: elsewhere Python delivers no signals); the previous one."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        return signal.signal(signal.SIGINT, self._on_interrupt)
+
+    def _on_interrupt(self, signum, frame) -> None:
+        if self._interrupted:
+            say("interrupted again: exiting now, without saving (`repogym gc` removes sandboxes left behind)")
+            os._exit(130)
+        self._interrupted = True
+        again = "Ctrl-C again exits at once, without saving"
+        if self._updating:  # a half-applied update cannot be checkpointed: let it finish (seconds), then stop
+            say(f"interrupted: finishing step {self.step + 1}'s learner update, then saving a checkpoint of it "
+                f"({again})")
+            return
+        kept = self._finished
+        what = (f"saving a checkpoint of step {kept['step']}..." if kept is not None
+                else "no step has finished yet: nothing to save")
+        say(f"interrupted: stopping {self._doing}; {what} ({again})")
+        raise KeyboardInterrupt
+
+    def _keep(self) -> tuple[int, Path | None]:
+        """Save the last finished step, unless the periodic checkpoint already holds it: (step, checkpoint)."""
+        state, latest = self._finished, latest_checkpoint(self.run_dir)
+        if state is None:
+            return self.step, latest
+        if latest is not None and latest.name == f"step-{state['step']:06d}.pt":
+            return state["step"], latest
+        return state["step"], self.save(state)
+
+    def _stop_if_interrupted(self) -> None:
+        """Where a deferred interrupt (one that came during a learner update) stops the run."""
+        if self._interrupted:
+            raise KeyboardInterrupt
 
     def sft_samples(self) -> list[Sample]:
         """The SFT data: successful trajectories of ``sft.agent`` on the training tasks (or a glob), tokenised."""
@@ -373,18 +478,25 @@ class Trainer:
             sequences = load_sft_sequences(s.trajectories, self.tokenizer, fmt)
         else:
             sequences = []
-            for options in [s.agent_options, *s.agent_variants]:
-                fleet = self._make_fleet(self._spec(s.agent, options))
-                try:
-                    fleet.submit([EpisodeRequest(t.instance_id, _seed_of(self.config.seed, i), tag="sft")
-                                  for i, t in enumerate(self.tasks)])
-                    outcomes: list[EpisodeOutcome] = []
-                    while fleet.in_flight:
-                        for outcome in fleet.wait():
-                            self.internal_errors.count(outcome)
-                            outcomes.append(outcome)
-                finally:
-                    fleet.close()
+            variants = [s.agent_options, *s.agent_variants]
+            self._doing = "the SFT data's collection"
+            for n, options in enumerate(variants, 1):
+                shown = ", ".join(f"{k}={v}" for k, v in options.items())
+                with phase(self.progress, f"sft: collecting {s.agent} ({shown}) {n}/{len(variants)}",
+                           total=len(self.tasks)) as bar:
+                    fleet = self._make_fleet(self._spec(s.agent, options))
+                    try:
+                        fleet.submit([EpisodeRequest(t.instance_id, _seed_of(self.config.seed, i), tag="sft")
+                                      for i, t in enumerate(self.tasks)])
+                        outcomes: list[EpisodeOutcome] = []
+                        while fleet.in_flight:
+                            for outcome in fleet.wait(timeout=WAIT_S):
+                                self.internal_errors.count(outcome)
+                                outcomes.append(outcome)
+                                bar.update(1)
+                            bar.set_postfix(resolved=sum(o.resolved for o in outcomes))
+                    finally:
+                        fleet.close()
                 sequences += [q for o in sorted(outcomes, key=lambda o: o.request.task_id)
                               if o.resolved and o.tokens is not None for q in o.tokens.contexts()]
         if not sequences:
@@ -419,10 +531,16 @@ class Trainer:
 
     def warm_start(self) -> None:
         """``sft.steps`` SFT updates on successful trajectories (see :meth:`sft_samples`), before RL."""
+        self._demonstrations()  # collected before the bar below: it has bars of its own
+        self._doing = "the SFT warm start"
         log = MetricsLogger(self.run_dir / "sft", tensorboard=False)
         try:
-            for k in range(1, self.config.sft.steps + 1):
-                log.log(k, self.sft_update())
+            with phase(self.progress, "sft: training", total=self.config.sft.steps, unit="update") as bar:
+                for k in range(1, self.config.sft.steps + 1):
+                    metrics = self.sft_update()
+                    log.log(k, metrics)
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{metrics['sft/loss']:.3f}", acc=f"{metrics['sft/token_accuracy']:.2f}")
         finally:
             log.close()
         # Adam's second moments from SFT's small late gradients would blow up the first RL updates; the KL
@@ -490,12 +608,12 @@ class Trainer:
         in_flight_target = want * (2 if c.fleet.mode == "async" else 1)
         self._submit_groups(max(0, in_flight_target - len(self._groups) - len(self._ready)))
         while len(self._ready) < want and self.fleet.in_flight:
-            for outcome in self.fleet.wait(timeout=60):
+            for outcome in self.fleet.wait(timeout=WAIT_S):
                 self._receive(outcome)
         if c.fleet.mode == "sync":
             # Sync: nothing may be left generating into the next step with these weights.
             while self.fleet.in_flight:
-                for outcome in self.fleet.wait(timeout=60):
+                for outcome in self.fleet.wait(timeout=WAIT_S):
                     self._receive(outcome)
         self._ready.sort(key=lambda g: g.gid)
         take, self._ready = self._ready[:want], self._ready[want:]
@@ -508,7 +626,9 @@ class Trainer:
         one more SFT update instead, with no rollouts.)"""
         c = self.config
         start = time.monotonic()
+        self._doing = f"step {self.step + 1}'s rollouts"
         if c.train.control == "sft_continue":
+            self._updating = True
             metrics: dict[str, Any] = self.sft_update()
             self.version += 1
             metrics.update(self._push_weights())
@@ -557,6 +677,7 @@ class Trainer:
         if leaked:  # the split is the claim of every eval_heldout number: never let it be trained on
             raise RuntimeError(f"held-out task(s) reached the learner: {leaked}")
         if batch:
+            self._updating = True  # from here to _finish_step, an interrupt waits (see _on_interrupt)
             metrics.update(self.learner.train_step(batch, self.algorithm))
             self.version += 1
             metrics.update(self._push_weights())
@@ -569,6 +690,7 @@ class Trainer:
         """Count the step; its timing and state metrics, evaluation, log line and checkpoint."""
         c = self.config
         self.step += 1
+        self._mark_finished()
         metrics["charts/learner_s"] = time.monotonic() - learn_start
         metrics["charts/rollout_s"] = rollout_s
         metrics["charts/step_s"] = time.monotonic() - start
@@ -577,8 +699,13 @@ class Trainer:
         metrics["charts/worker_restarts"] = self.fleet.restarts
         metrics["charts/internal_errors"] = self.internal_errors.errors
         metrics.update(self.curriculum.metrics())
-        if c.train.eval_every and (self.step % c.train.eval_every == 0 or self.step == c.train.steps):
-            metrics.update(self.evaluate())
+        try:
+            self._stop_if_interrupted()
+            if c.train.eval_every and (self.step % c.train.eval_every == 0 or self.step == c.train.steps):
+                metrics.update(self.evaluate())
+        except KeyboardInterrupt:
+            self.logger.log(self.step, metrics)  # the step is kept: its line too (without the evaluation cut short)
+            raise
         self.logger.log(self.step, metrics)
         if c.train.checkpoint_every and (self.step % c.train.checkpoint_every == 0 or self.step == c.train.steps):
             self.save()
@@ -620,9 +747,13 @@ class Trainer:
                            for n, (tag, tasks) in enumerate(splits.items())
                            for i, t in enumerate(tasks) for j in range(k)])
         want = sum(len(tasks) for tasks in splits.values()) * k
-        while len(self._eval) < want and self.fleet.in_flight:
-            for outcome in self.fleet.wait(timeout=60):
-                self._receive(outcome)
+        self._doing = f"the evaluation at step {self.step}"
+        with phase(self.progress, f"eval (step {self.step})", total=want, leave=self.step == 0) as bar:
+            while len(self._eval) < want and self.fleet.in_flight:
+                for outcome in self.fleet.wait(timeout=WAIT_S):
+                    self._receive(outcome)
+                bar.update(len(self._eval) - bar.n)
+                bar.set_postfix(resolved=sum(o.resolved for o in self._eval))
         out: dict[str, float] = {}
         for tag, tasks in splits.items():
             if not tasks:

@@ -1,0 +1,204 @@
+"""A new user's first hour with ``repogym train`` (issue 42): progress in every long phase, Ctrl-C that keeps the
+last finished step and says how to resume, a W&B logger beside TensorBoard, and config typos caught (with the
+closest key) before anything is built or written."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from repogym.envs.core.errors import ConfigError
+from repogym.trainer import progress
+from repogym.trainer.config import TrainConfig, from_dict, load_config
+
+TASKS = ["repogym__tablekit-center-odd-padding", "repogym__tablekit-zero-header-label"]
+
+
+def _tiny(run_dir: Path, **sections) -> dict:
+    """The smallest real run: a tiny model built in the run folder, one-turn episodes, the in-process fleet."""
+    data = {
+        "seed": 0, "run_dir": str(run_dir),
+        "model": {"tiny": {"vocab_size": 300, "hidden_size": 32, "intermediate_size": 64, "num_layers": 1,
+                           "num_heads": 2, "num_kv_heads": 1, "max_position_embeddings": 2048}},
+        "env": {"sandbox": "local", "max_turns": 1, "reward": "process", "eval_timeout": 120, "command_timeout": 30,
+                "analyze_final_diff": False},
+        "curriculum": {"suites": {"builtin": 1.0}, "task_ids": TASKS},
+        "agent": {"temperature": 1.0, "max_new_tokens": 16, "tools": ["edit", "submit"]},
+        "algorithm": {"name": "grpo", "options": {"group_size": 2}},
+        "sft": {"steps": 0},
+        "learner": {"lr": 5e-4, "micro_batch_size": 8},
+        "fleet": {"backend": "local", "save_trajectories": False},
+        "train": {"steps": 1000, "tasks_per_step": 1, "max_refills": 0, "checkpoint_every": 1000, "eval_every": 0},
+    }
+    for name, values in sections.items():
+        data[name] = {**data.get(name, {}), **values} if isinstance(values, dict) else values
+    return data
+
+
+# -- config errors, before anything is built or written ----------------------------------------------------
+@pytest.mark.parametrize("override, message", [
+    ("sed=1", r"TrainConfig: unknown key 'sed' \(did you mean 'seed'\?\); valid: .*run_dir"),
+    ("train.eval_evry=2", r"train: unknown key 'eval_evry' \(did you mean 'eval_every'\?\); valid: .*eval_samples"),
+    ("fleet.wrokers=2", r"fleet: unknown key 'wrokers' \(did you mean 'workers'\?\)"),
+    ("model.tiny.hiden_size=8", r"model\.tiny: unknown key 'hiden_size' \(did you mean 'hidden_size'\?\)"),
+    ("env.max_turn=3", r"env: unknown key 'max_turn' \(did you mean 'max_turns'\?\)"),
+    ("agent.temprature=1.0", r"agent: unknown key 'temprature' \(did you mean 'temperature'\?\); valid: .*top_p"),
+    ("algorithm.options.group_sise=4", r"unknown option 'group_sise' \(did you mean 'group_size'\?\)"),
+    ("sft.agent_options.stlye=edit",
+     r"sft\.agent_options \(agent 'oracle'\) has no option 'stlye' \(did you mean 'style'\?\); its options: .*context"),
+    ("sft.agent_variants=[{styl: patch}]", r"sft\.agent_variants\[0\] \(agent 'oracle'\) has no option 'styl'"),
+    ("logging.wandb={projcet: x}", r"logging\.wandb: unknown key 'projcet' \(did you mean 'project'\?\)"),
+    ("algorithm.options.temperature=0.5", r"algorithm\.options\.temperature \(0\.5\) must equal agent\.temperature"),
+])
+def test_a_typo_in_any_section_names_the_closest_key_and_the_valid_ones(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [override])
+
+
+def test_config_errors_come_before_the_model_and_the_run_folder(tmp_path):
+    from repogym.trainer.train import Trainer
+
+    for sections in ({"agent": {"temperature": 0.7}},  # the algorithm samples at 1.0: checked before any model
+                     {"curriculum": {"suites": {"builtin": 1.0}, "task_ids": ["repogym__tablekit-center-odd-pading"]}},
+                     {"heldout": {"suites": {"builtin": 1.0}, "task_ids": ["repogym__tablekit-zero-header-lable"]}}):
+        run_dir = tmp_path / "run"
+        with pytest.raises(ConfigError) as error:
+            Trainer(from_dict(TrainConfig, _tiny(run_dir, **sections)), progress=False)
+        assert not run_dir.exists(), sections
+        if "task_ids" in str(sections):
+            assert "unknown task id" in str(error.value) and "(closest: repogym__tablekit-" in str(error.value)
+
+
+# -- progress --------------------------------------------------------------------------------------------
+def test_a_phase_is_redrawn_while_nothing_finishes_and_is_silent_without_progress(monkeypatch, capsys):
+    monkeypatch.setattr(progress, "TICK_S", 0.02)
+    with progress.phase(True, "eval (step 0)", total=4) as bar:
+        time.sleep(0.4)  # one long episode: the elapsed time still moves
+        bar.update(1)
+    err = capsys.readouterr().err
+    assert err.count("eval (step 0)") >= 5 and "1/4" in err
+    with progress.phase(False, "eval (step 0)", total=4) as bar:
+        time.sleep(0.1)
+        bar.update(1)
+    assert capsys.readouterr().err == ""
+
+
+# -- the real thing, in a subprocess: progress, Ctrl-C, resume ---------------------------------------------
+def _start(config: Path, run_dir: Path, log: Path, *overrides: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "repogym.cli", "train", "--config", str(config), "--run-dir",
+                             str(run_dir), *overrides], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+
+
+def _wait_for(condition, what: str, proc: subprocess.Popen, log: Path, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"waiting for {what}; output:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+
+
+def _steps(run_dir: Path) -> list[int]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_last_finished_step_and_says_how_to_resume(tmp_path):
+    run_dir, config = tmp_path / "run dir", tmp_path / "tiny.yaml"  # a space: the resume command quotes it
+    config.write_text(yaml.safe_dump(_tiny(run_dir, sft={"steps": 3, "batch_size": 2, "agent": "oracle",
+                                                         "agent_options": {"style": "edit"}})))
+    log = tmp_path / "first.log"
+    proc = _start(config, run_dir, log)
+    _wait_for(lambda: [s for s in _steps(run_dir) if s >= 1], "a finished step", proc, log)
+    proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    assert proc.wait(timeout=120) == 130
+    out = log.read_text()
+    assert time.monotonic() - sent < 60, out
+    # Every long phase drew its bar; the interrupt said at once what it does, then what it kept and how to resume.
+    for phase_bar in ("sft: collecting oracle (style=edit) 1/1", "sft: training", "starting the rollout fleet",
+                      "train:"):
+        assert phase_bar in out, phase_bar
+    assert "interrupted: " in out and "Traceback" not in out
+    last = max(_steps(run_dir))
+    kept = run_dir / "checkpoints" / f"step-{last:06d}.pt"
+    assert kept.exists(), out  # no step lost, though checkpoint_every is 1000
+    assert (run_dir / "checkpoints" / "latest").read_text().strip() == kept.name
+    assert f"kept: {kept} (step {last} of 1000)" in out
+    resume = f"resume with: repogym train --config {config} --run-dir '{run_dir}'"
+    assert resume in out, out
+
+    # The printed command resumes from that step (no SFT again); a second Ctrl-C exits at once.
+    log = tmp_path / "second.log"
+    proc = _start(config, run_dir, log)
+    _wait_for(lambda: "train:" in log.read_text(), "the resumed run's bar", proc, log)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130
+    out = log.read_text()
+    assert f"resuming {run_dir} from {kept.name}" in out and "sft: training" not in out
+    assert "interrupted again: exiting now" in out
+
+
+# -- Weights & Biases ------------------------------------------------------------------------------------
+def test_wandb_missing_is_a_config_error_naming_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if not installed
+    with pytest.raises(ConfigError, match=r'logging\.wandb needs the wandb package.*pip install "repogym\[wandb\]"'):
+        load_config(None, ["logging.wandb={project: p, mode: offline}"])
+    with pytest.raises(ConfigError, match="logging.wandb.mode must be one of online, offline, disabled"):
+        load_config(None, ["logging.wandb={mode: sometimes}"])
+    assert load_config(None).logging.wandb is None  # off by default: wandb is never imported
+
+
+def _wandb_history(run_file: Path) -> list[dict]:
+    """The ``history`` records of an offline W&B run file (a LevelDB-style log of protobuf records)."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, pos, chunks, records = run_file.read_bytes(), 7, b"", []
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:  # a block's tail too short for a header is padding
+            pos += 32768 - pos % 32768
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        chunks += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a full record, or a fragmented one's last piece
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(chunks)
+            chunks = b""
+            if record.WhichOneof("record_type") == "history":
+                records.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                                for item in record.history.item})
+    return records
+
+
+@pytest.mark.slow
+def test_wandb_offline_gets_the_same_metrics_as_the_jsonl_file(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from repogym.trainer.config import WandbConfig
+    from repogym.trainer.metrics import MetricsLogger
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    logger = MetricsLogger(tmp_path / "run", tensorboard=False, wandb=WandbConfig(project="t", mode="offline"),
+                           config={"seed": 3})
+    logger.log(1, {"rollout/reward_mean": 0.5, "eval/success_rate": float("nan"), "losses/skipped": 1})
+    logger.log(2, {"rollout/reward_mean": 0.75})
+    logger.close()
+    [run_file] = (tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb")
+    history = _wandb_history(run_file)
+    assert [(h["_step"], h["rollout/reward_mean"]) for h in history] == [(1, 0.5), (2, 0.75)]
+    assert history[0]["losses/skipped"] == 1 and "eval/success_rate" not in history[0]  # NaN: left out, as in TB
+    run_id = (tmp_path / "run" / "wandb_run_id").read_text().strip()
+    assert run_file.name == f"run-{run_id}.wandb"  # a resumed run logs to the same W&B run
