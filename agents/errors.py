@@ -6,6 +6,9 @@ keeps to the three treatments of failure there:
   ``context_overflow`` with reward 0, kept for training;
 - :class:`LLMHTTPError` and :class:`TransientLLMError` are infrastructure (:class:`InfraError`, ``where="llm"``):
   the rollout ends the episode as ``infra_error`` with a NaN reward, excluded from training and metrics;
+- :class:`LLMServerUnreachable` (also an :class:`InfraError`) is raised by
+  :meth:`repogym.agents.llm.LLMAgent.check_server` before any episode: no server answers at the agent's URL, so a
+  benchmark stops at once instead of storing one infra error per episode;
 - :class:`TrajectoryFileError` is a malformed trajectory file (a user's input), naming the file and line.
 
 A wrong agent option is a :class:`repogym.envs.core.errors.ConfigError`, raised when the agent is built.
@@ -44,6 +47,20 @@ class TransientLLMError(InfraError):
         super().__init__("llm", message)
 
 
+class LLMServerUnreachable(InfraError):
+    """No server answers at the agent's ``base_url`` (checked before the first episode): says how to start one and
+    how to point the agent at it."""
+
+    def __init__(self, base_url: str, reason: str):
+        self.base_url, self.reason = base_url, reason
+        super().__init__("llm", f"no model server answers at {base_url} ({reason}). Start an OpenAI-compatible "
+                                "server, e.g. `repogym proxy --model smollm2-135m-instruct` (a small CPU model; it "
+                                "serves http://127.0.0.1:8000/v1) or `vllm serve MODEL`, and point the llm agent at "
+                                "it with the base_url and model options (repogym bench: --agent-config FILE holding "
+                                "`base_url: http://HOST:PORT/v1` and `model: NAME`; or $REPOGYM_LLM_BASE_URL and "
+                                "$REPOGYM_LLM_MODEL)")
+
+
 class TrajectoryFileError(RepogymError, ValueError):
     """A trajectory file is malformed (no header, an unknown format, a line that is not a JSON object)."""
 
@@ -52,4 +69,4 @@ class TrajectoryFileError(RepogymError, ValueError):
         super().__init__(f"{path}:{line}: {message}" if line is not None else f"{path}: {message}")
 
 
-__all__ = ["ContextOverflow", "LLMHTTPError", "TrajectoryFileError", "TransientLLMError"]
+__all__ = ["ContextOverflow", "LLMHTTPError", "LLMServerUnreachable", "TrajectoryFileError", "TransientLLMError"]

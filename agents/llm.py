@@ -13,6 +13,9 @@ A prompt over the model's context (HTTP 400 "maximum context length", as vLLM an
 policy's limit, not infrastructure: it raises :class:`repogym.agents.errors.ContextOverflow`, which ends the
 episode as ``context_overflow`` (reward 0, trained or masked as the trainer's config says). When only the
 answer would not fit (the prompt does), the request is sent once more asking for what still fits.
+:meth:`LLMAgent.check_server` (``GET {base_url}/models``, a few seconds at most) tells before the first episode
+whether a server answers at all: a benchmark calls it so that no server means one clear error, not an infra error
+per episode.
 Not guaranteed: that the model's output is a valid tool call; a bad one goes to the environment, which
 answers it with an error observation (the agent's mistake is data, not a crash).
 """
@@ -31,7 +34,7 @@ from typing import Any, Callable
 
 from repogym.agents import check_options
 from repogym.agents.context import answer, make_context_policy
-from repogym.agents.errors import ContextOverflow, LLMHTTPError, TransientLLMError
+from repogym.agents.errors import ContextOverflow, LLMHTTPError, LLMServerUnreachable, TransientLLMError
 from repogym.envs.core.errors import ConfigError, InfraError
 from repogym.envs.tools import select_tools
 
@@ -42,6 +45,10 @@ DEFAULT_SYSTEM_PROMPT = (
     "and call submit when you are done."
 )
 MAX_BACKOFF_S = 30.0
+DEFAULT_BASE_URL = "http://localhost:8000/v1"
+"""Where the agent looks for its server without a ``base_url`` option or ``$REPOGYM_LLM_BASE_URL``."""
+SERVER_CHECK_TIMEOUT_S = 5.0
+"""Most seconds :meth:`LLMAgent.check_server` waits for ``GET /models`` (less when ``timeout_s`` is less)."""
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
@@ -54,7 +61,7 @@ def _env(name: str, default: str) -> Callable[[], str]:
 class LLMConfig:
     """Settings of :class:`LLMAgent`."""
 
-    base_url: str = field(default_factory=_env("REPOGYM_LLM_BASE_URL", "http://localhost:8000/v1"))
+    base_url: str = field(default_factory=_env("REPOGYM_LLM_BASE_URL", DEFAULT_BASE_URL))
     """Root of the OpenAI-compatible API, up to and including ``/v1`` (env ``REPOGYM_LLM_BASE_URL``)."""
     model: str = field(default_factory=_env("REPOGYM_LLM_MODEL", "default"))
     """Model name sent with every request (env ``REPOGYM_LLM_MODEL``)."""
@@ -161,6 +168,39 @@ class LLMAgent:
         return {"usage": dict(self._last["usage"]), "latency_s": self._last["latency_s"],
                 "retries": self._last["retries"], "context": self._view,
                 "message": self.messages[-1] if self.messages and self.messages[-1]["role"] == "assistant" else None}
+
+    def check_server(self) -> list[str]:
+        """Ask the server for its models (``GET {base_url}/models``, one try of at most a few seconds) before the
+        first episode; the model ids it lists (empty when its answer has none).
+
+        Raises :class:`LLMServerUnreachable` (naming the URL and how to start a server) when nothing answers or a
+        gateway says the server behind it is down (HTTP 502-504), and :class:`LLMHTTPError` when the server refuses
+        the API key (HTTP 401, 403). Any other answer means a server is there: a server without the route is
+        left to the first request to judge.
+        """
+        url = self.config.base_url.rstrip("/") + "/models"
+        request = urllib.request.Request(url, method="GET",
+                                         headers={"Authorization": f"Bearer {self.config.api_key}"})
+        try:
+            with urllib.request.urlopen(request, timeout=min(self.config.timeout_s, SERVER_CHECK_TIMEOUT_S)) as reply:
+                raw = reply.read()
+        except urllib.error.HTTPError as exc:
+            body = _read_error_body(exc)
+            if exc.code in (401, 403):
+                raise LLMHTTPError(url, exc.code, body) from None
+            if exc.code in (502, 503, 504):
+                raise LLMServerUnreachable(self.config.base_url, f"GET {url} returned HTTP {exc.code}") from None
+            return []
+        except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise LLMServerUnreachable(self.config.base_url, f"GET {url}: {type(exc).__name__}: {reason}") from None
+        try:
+            listing = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return []  # an answer all the same: the first chat request judges the server
+        data = listing.get("data") if isinstance(listing, dict) else None
+        return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)] if isinstance(
+            data, list) else []
 
     # -- the conversation ------------------------------------------------------------------------------
     def _record(self, message: dict[str, Any]) -> str:
@@ -307,4 +347,4 @@ def _read_error_body(exc: urllib.error.HTTPError) -> str:
         return ""
 
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "LLMAgent", "LLMConfig", "LLMHTTPError"]
+__all__ = ["DEFAULT_BASE_URL", "DEFAULT_SYSTEM_PROMPT", "LLMAgent", "LLMConfig", "LLMHTTPError"]

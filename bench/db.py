@@ -3,7 +3,10 @@ table of their own (``best_of_n``), best-of-n trials, which never mix into the e
 
 Episodes are written one by one as they finish, each in its own transaction (WAL journal), so a run
 killed at any moment keeps every episode that finished. ``episode_key`` (agent, checkpoint, suite,
-task, sample) is unique: re-running the same benchmark skips what is already there.
+task, sample) is unique: re-running the same benchmark skips what is already there. An episode stored as an error
+(``infra_error``, ``internal_error``: :data:`ERROR_STATUSES`) can be run again and its row replaced
+(``replace_error=True``): the old row is deleted and the new one written in one transaction, so it stays until its
+replacement is stored.
 
 ``status`` is stored as the plain string of its :class:`repogym.envs.core.status.Status` and read back as one.
 """
@@ -20,6 +23,10 @@ from repogym.agents.trajectory import status_of
 from repogym.envs.core.status import Status, excluded
 
 SCHEMA_VERSION = 1
+
+ERROR_STATUSES = (Status.INFRA_ERROR, Status.INTERNAL_ERROR)
+"""Stored statuses that say nothing of the agent (the machine's failure, a bug of ours): ``--retry-errors`` re-runs
+them."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -82,10 +89,13 @@ CREATE TABLE IF NOT EXISTS training_metrics (
 
 class Outcome:
     """What every stored result (an episode, a best-of-n trial) says the same way: its status, resolved or not,
-    and whether it is left out of the rates. Subclasses are dataclasses with ``status`` and ``reward``."""
+    and whether it is left out of the rates, and why when it is. Subclasses are dataclasses with ``status``,
+    ``reward`` and ``error``."""
 
     status: Status | str
     reward: float
+    error: dict[str, Any] | None
+    """``{"where", "message"}`` of an excluded row (an infra or internal error), else None."""
 
     def __post_init__(self):
         self.status = status_of(self.status)
@@ -204,24 +214,31 @@ class ResultsDB:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def add_episode(self, row: EpisodeRow) -> bool:
-        """Store one episode (committed at once); False when its key is already there."""
+    def add_episode(self, row: EpisodeRow, replace_error: bool = False) -> bool:
+        """Store one episode (committed at once); False when its key is already there. With ``replace_error``, a
+        row of the same key stored as an error (:data:`ERROR_STATUSES`) is replaced by this one."""
         values = asdict(row)
         values["components"] = json.dumps(row.components)
         values["error"] = json.dumps(row.error) if row.error else None
         values["long_horizon"], values["self_corrected"] = int(row.long_horizon), int(row.self_corrected)
         values["episode_key"] = row.key
-        return self._insert("episodes", values)
+        return self._insert("episodes", "episode_key", values, replace_error)
 
-    def _insert(self, table: str, values: dict[str, Any]) -> bool:
-        """INSERT OR IGNORE one row (``finished_at`` now when unset); whether it was new."""
+    def _insert(self, table: str, key_column: str, values: dict[str, Any], replace_error: bool = False) -> bool:
+        """INSERT OR IGNORE one row (``finished_at`` now when unset), after deleting an error row of the same key in
+        the same transaction when ``replace_error``; whether it was stored."""
         if not values["finished_at"]:
             import datetime
 
             values["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         columns = ", ".join(values)
         marks = ", ".join(f":{k}" for k in values)
-        cur = self.conn.execute(f"INSERT OR IGNORE INTO {table} ({columns}) VALUES ({marks})", values)
+        with self.conn:  # one transaction: the old error row goes only with its replacement in
+            self.conn.execute("BEGIN")
+            if replace_error:
+                self.conn.execute(f"DELETE FROM {table} WHERE {key_column} = ? AND status IN (?, ?)",
+                                  (values[key_column], *ERROR_STATUSES))
+            cur = self.conn.execute(f"INSERT OR IGNORE INTO {table} ({columns}) VALUES ({marks})", values)
         return cur.rowcount == 1
 
     def _select(self, table: str, key_column: str, agent: str | None, suite: str | None) -> list[dict[str, Any]]:
@@ -245,6 +262,14 @@ class ResultsDB:
         """Keys of every stored episode."""
         return {r[0] for r in self.conn.execute("SELECT episode_key FROM episodes")}
 
+    def error_keys(self) -> dict[str, str | None]:
+        """Key -> trajectory file of every episode stored as an error (:data:`ERROR_STATUSES`)."""
+        return self._error_keys("episodes", "episode_key")
+
+    def _error_keys(self, table: str, key_column: str) -> dict[str, str | None]:
+        return dict(self.conn.execute(f"SELECT {key_column}, trajectory FROM {table} WHERE status IN (?, ?)",
+                                      ERROR_STATUSES).fetchall())
+
     def episodes(self, agent: str | None = None, suite: str | None = None) -> list[EpisodeRow]:
         """Stored episodes (optionally of one agent and/or suite), in the order they finished."""
         rows = []
@@ -255,17 +280,22 @@ class ResultsDB:
             rows.append(EpisodeRow(**d))
         return rows
 
-    def add_best_of_n(self, row: BestOfNRow) -> bool:
-        """Store one best-of-n trial (committed at once); False when its key is already there."""
+    def add_best_of_n(self, row: BestOfNRow, replace_error: bool = False) -> bool:
+        """Store one best-of-n trial (committed at once); False when its key is already there. With
+        ``replace_error``, a trial of the same key stored as an error is replaced by this one."""
         values = asdict(row)
         values["scores"] = json.dumps(row.scores)
         values["error"] = json.dumps(row.error) if row.error else None
         values["trial_key"] = row.key
-        return self._insert("best_of_n", values)
+        return self._insert("best_of_n", "trial_key", values, replace_error)
 
     def best_of_n_keys(self) -> set[str]:
         """Keys of every stored best-of-n trial."""
         return {r[0] for r in self.conn.execute("SELECT trial_key FROM best_of_n")}
+
+    def best_of_n_error_keys(self) -> dict[str, str | None]:
+        """Key -> chosen branch's trajectory file of every best-of-n trial stored as an error."""
+        return self._error_keys("best_of_n", "trial_key")
 
     def best_of_n(self, agent: str | None = None, suite: str | None = None) -> list[BestOfNRow]:
         """Stored best-of-n trials (optionally of one agent and/or suite), in the order they finished."""
@@ -294,4 +324,4 @@ class ResultsDB:
         return out
 
 
-__all__ = ["BestOfNRow", "EpisodeRow", "ResultsDB", "best_of_n_key", "episode_key"]
+__all__ = ["ERROR_STATUSES", "BestOfNRow", "EpisodeRow", "ResultsDB", "best_of_n_key", "episode_key"]

@@ -12,17 +12,47 @@ Guarantees:
 - A group is one (agent, suite, checkpoint): episodes of different checkpoints are never pooled.
 - Where a rate has nothing to be over it is NaN (``resolved_rate``, means) or None (the optional ones).
 - Best-of-n trials (:func:`summarize_best_of_n`) are summarized on their own, per n, and never enter pass@1.
+- Every excluded episode's cause is kept: ``errors`` groups them by (status, where, message) with a count
+  (:func:`error_causes`), and :func:`error_causes_text` prints them, so an infra error never reads as a bare count.
+- :func:`summaries_json` is the same numbers as one JSON object (NaN written as null).
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Iterable
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
 
-from repogym.bench.db import BestOfNRow, EpisodeRow
+from repogym.bench.db import BestOfNRow, EpisodeRow, Outcome
 from repogym.envs.core.rates import pass_at_k, wilson
+from repogym.envs.core.status import Status
+
+
+@dataclass(frozen=True)
+class ErrorCause:
+    """Excluded episodes (or trials) that ended the same way: same status, same ``where``, same message."""
+
+    status: str
+    """``infra_error`` or ``internal_error``."""
+    where: str
+    """The step that failed (``llm``, ``sandbox.start``, ``env.step``, ...); ``?`` when the row recorded none."""
+    message: str
+    count: int
+
+
+def error_causes(rows: Iterable[Outcome]) -> list[ErrorCause]:
+    """The causes of the excluded rows, grouped, most frequent first (then infra before internal, by where)."""
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for row in rows:
+        if row.excluded:
+            error = row.error or {}
+            status = Status.INTERNAL_ERROR if row.internal_error else Status.INFRA_ERROR
+            counts[(str(status), str(error.get("where") or "?"),
+                    str(error.get("message") or "no cause recorded (the reward was missing or NaN)"))] += 1
+    return [ErrorCause(status, where, message, count)
+            for (status, where, message), count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 @dataclass
@@ -64,6 +94,10 @@ class Summary:
     """Infra errors / all episodes."""
     internal_errors: int = 0
     """Episodes a bug of repogym's ended (``internal_error``): excluded, and not the agent's or the machine's."""
+    resolved: int = 0
+    """Resolved episodes (all valid)."""
+    errors: list[ErrorCause] = field(default_factory=list)
+    """Why the excluded episodes (infra and internal errors) ended, grouped (:func:`error_causes`)."""
 
 
 def summarize(rows: Iterable[EpisodeRow]) -> list[Summary]:
@@ -98,7 +132,8 @@ def summarize_group(rows: list[EpisodeRow]) -> Summary:
         self_correction=sum(r.self_corrected for r in valid if r.resolved) / resolved if resolved else None,
         mean_turns=_mean([r.turns for r in valid]),
         mean_tokens=_mean([r.prompt_tokens + r.completion_tokens for r in valid]),
-        infra_errors=infra, infra_error_rate=infra / len(rows) if rows else 0.0, internal_errors=internal)
+        infra_errors=infra, infra_error_rate=infra / len(rows) if rows else 0.0, internal_errors=internal,
+        resolved=resolved, errors=error_causes(rows))
 
 
 def summary_table(summaries: list[Summary]) -> str:
@@ -141,6 +176,10 @@ class BestOfNSummary:
     """Trials a bug of repogym's ended (excluded, counted apart from ``infra_errors``)."""
     mean_turns: float = math.nan
     """Turns of the chosen branches."""
+    resolved: int = 0
+    """Resolved trials (all valid)."""
+    errors: list[ErrorCause] = field(default_factory=list)
+    """Why the excluded trials ended, grouped (:func:`error_causes`)."""
 
 
 def summarize_best_of_n(rows: Iterable[BestOfNRow]) -> list[BestOfNSummary]:
@@ -152,12 +191,14 @@ def summarize_best_of_n(rows: Iterable[BestOfNRow]) -> list[BestOfNSummary]:
     for (agent, suite, checkpoint, n), group in groups.items():
         valid = [r for r in group if not r.excluded]
         internal = sum(r.internal_error for r in group)
-        low, high = wilson(sum(r.resolved for r in valid), len(valid))
+        resolved = sum(r.resolved for r in valid)
+        low, high = wilson(resolved, len(valid))
         out.append(BestOfNSummary(agent, suite, checkpoint, n, len(group), len({r.task_id for r in group}),
                                   _task_mean_rate(_by_task(valid).values()), low, high,
                                   fallbacks=sum(r.fallback is not None for r in group),
                                   infra_errors=len(group) - len(valid) - internal, internal_errors=internal,
-                                  mean_turns=_mean([r.turns for r in valid])))
+                                  mean_turns=_mean([r.turns for r in valid]), resolved=resolved,
+                                  errors=error_causes(group)))
     return sorted(out, key=lambda s: (-s.rate if not math.isnan(s.rate) else math.inf, s.agent, s.suite,
                                       s.checkpoint, s.n))
 
@@ -176,6 +217,41 @@ def best_of_n_table(best: list[BestOfNSummary], pass1: list[Summary] = ()) -> st
                  str(s.infra_errors) + (f" + {s.internal_errors} internal" if s.internal_errors else "")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def error_causes_text(summaries: Iterable[Summary | BestOfNSummary]) -> str:
+    """Per agent (and checkpoint, and n for best-of-n) with excluded episodes, each cause on a line with its count;
+    '' when nothing was excluded."""
+    blocks = []
+    for s in summaries:
+        if not s.errors:
+            continue
+        name = s.agent + (f" @ {s.checkpoint}" if s.checkpoint else "") + (
+            f" (best-of-{s.n})" if isinstance(s, BestOfNSummary) else "")
+        lines = [f"errors of {name} on {s.suite} (excluded from every rate):"]
+        lines += [f"  {c.count} x {c.status} at {c.where}: {c.message}" for c in s.errors]
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
+def summaries_json(summaries: Iterable[Summary], best_of_n: Iterable[BestOfNSummary] = (),
+                   **fields: Any) -> str:
+    """``fields`` (what the caller adds: the database, the run's counts) with ``summaries`` and ``best_of_n`` as
+    lists of objects, as one line of strict JSON: a NaN rate is null, pass@k's keys are strings."""
+    document = {**fields, "summaries": [_plain(asdict(s)) for s in summaries],
+                "best_of_n": [_plain(asdict(s)) for s in best_of_n]}
+    return json.dumps(document, allow_nan=False)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with NaN floats as None and every dict key a string (JSON's own rules, made explicit)."""
+    if isinstance(value, float):
+        return None if math.isnan(value) else value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _by_task(rows: list[EpisodeRow]) -> dict[str, list[EpisodeRow]]:
@@ -219,5 +295,6 @@ def _pct(value: float | None) -> str:
     return "-" if value is None or math.isnan(value) else f"{100 * value:.0f}%"
 
 
-__all__ = ["BestOfNSummary", "Summary", "best_of_n_table", "pass_at_k", "summarize", "summarize_best_of_n",
-           "summarize_group", "summary_table", "wilson"]
+__all__ = ["BestOfNSummary", "ErrorCause", "Summary", "best_of_n_table", "error_causes", "error_causes_text",
+           "pass_at_k", "summaries_json", "summarize", "summarize_best_of_n", "summarize_group", "summary_table",
+           "wilson"]

@@ -6,7 +6,16 @@ Guarantees:
   episode that finished; only the episodes in flight are lost.
 - Re-running the same benchmark (same agent name, checkpoint, suite) runs only the episodes whose key
   (:func:`repogym.bench.db.episode_key`) is not in the database yet, with the same seeds: the seed of sample s of
-  the task at index i of the suite is ``i * SEED_STRIDE + s``.
+  the task at index i of the suite is ``i * SEED_STRIDE + s`` (``task_ids`` picks tasks but keeps their index).
+- With ``retry_errors``, the episodes stored as ``infra_error`` or ``internal_error`` run again: each new row
+  replaces the old one in one transaction (never a second row), and until it is stored the old row and its
+  trajectory stay (a retry writes the trajectory file the old row does not name, and the old file is removed only
+  once its row is replaced). Without it, the start line says how many stored episodes are errors.
+- Nothing is written (no database file, no sandbox) before the configuration is checked: the task ids, then, when
+  there is something to run, the first agent is built (its options checked, :func:`repogym.agents.make_agent`)
+  and an :class:`repogym.agents.llm.LLMAgent` asks its server whether it answers
+  (:meth:`~repogym.agents.llm.LLMAgent.check_server`): no server is one error naming the URL, not an infra error
+  per episode.
 - Ctrl-C stops at once: nothing more is written, episodes in flight are dropped (their trajectory files
   stay, unreferenced, and are overwritten on resume). Local sandboxes die with the process; Docker
   containers left over are labelled for ``repogym gc``.
@@ -28,6 +37,8 @@ overwrite each other (give each checkpoint its own ``label``).
 
 from __future__ import annotations
 
+import difflib
+import logging
 import queue
 import sys
 import threading
@@ -39,6 +50,7 @@ from typing import Any, Callable
 from repogym.agents.rollout import EpisodeResult, run_episode
 from repogym.agents.trajectory import Trajectory
 from repogym.bench.best_of_n import BestOfNResult, run_best_of_n
+from repogym.bench.best_of_n import branch_path
 from repogym.bench.db import BestOfNRow, EpisodeRow, ResultsDB, best_of_n_key, episode_key
 from repogym.bench.metrics import BestOfNSummary, Summary, summarize, summarize_best_of_n
 from repogym.envs.core.errors import ConfigError, InfraError
@@ -49,6 +61,10 @@ SEED_STRIDE = 1000
 """Seeds of different tasks never collide while K <= SEED_STRIDE."""
 MAX_BEST_OF = 64
 """Most branches of a best-of-n trial."""
+RETRY_SUFFIX = ".retry"
+"""A retried episode whose old row names ``X.jsonl`` writes ``X.retry.jsonl`` (and the other way round)."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -73,6 +89,11 @@ class BenchConfig:
     """Turn limit per episode."""
     limit: int | None = None
     """Only the first N tasks of the suite."""
+    task_ids: list[str] | None = None
+    """Only these tasks (instance ids, each kept at its index in the suite, so its seeds do not change); None: all
+    (or the first ``limit``). An id the suite lacks is a :class:`ConfigError` naming the closest ones."""
+    retry_errors: bool = False
+    """Run again the episodes stored as ``infra_error`` or ``internal_error``, replacing their rows."""
     label: str | None = None
     """The agent's name in the database and on the leaderboard (default: ``agent``)."""
     out: str | Path | None = None
@@ -98,6 +119,12 @@ class BenchConfig:
             raise ConfigError(f"best_of must be in 1..{MAX_BEST_OF}, got {self.best_of}")
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"limit must be >= 1, got {self.limit}")
+        if self.task_ids is not None:
+            if isinstance(self.task_ids, str) or not self.task_ids:
+                raise ConfigError(f"task_ids must be a non-empty list of task ids, got {self.task_ids!r}")
+            if self.limit is not None:
+                raise ConfigError("expected task ids or a limit, not both (--task picks tasks; --limit the first N)")
+            self.task_ids = list(dict.fromkeys(self.task_ids))  # each once, in the order given
         if not isinstance(self.agent_options, dict):
             raise ConfigError(f"agent options must be a mapping, got {type(self.agent_options).__name__}")
 
@@ -126,6 +153,10 @@ class EpisodeSpec:
     sample: int
     seed: int
     trajectory: Path
+    retry: bool = False
+    """The episode is stored as an error and runs again: its row replaces that one."""
+    superseded: tuple[Path, ...] = ()
+    """Trajectory files of the stored error row, removed once its replacement is stored."""
 
 
 @dataclass
@@ -135,9 +166,13 @@ class BenchReport:
     planned: int
     """Episodes of the benchmark (tasks x k)."""
     skipped: int
-    """Already in the database before this run."""
+    """Already in the database before this run (and not run again)."""
     written: int = 0
-    """Stored by this run."""
+    """Stored by this run (retries included)."""
+    stored_errors: int = 0
+    """Episodes of this benchmark stored as errors (infra, internal) before this run."""
+    retried: int = 0
+    """Episodes stored as errors that this run ran again and replaced."""
     interrupted: bool = False
     summaries: list[Summary] = field(default_factory=list)
     """This agent on this suite, over everything in the database."""
@@ -161,22 +196,92 @@ def run_bench(config: BenchConfig, agent_factory: AgentFactory | None = None) ->
     tasks = load_suite(config.suite, skip_no_f2p=config.skip_no_f2p)[: config.limit]
     if not tasks:
         raise ConfigError(f"suite {config.suite!r} has no tasks")
+    check_task_ids(config, tasks)
     factory = agent_factory or registry_factory(config, tasks)
+    done, errors = stored_keys(config)
+    todo = plan(config, tasks, done, errors if config.retry_errors else None)
+    keys = [episode_key_of(config, task, sample) for _, task in selected_tasks(config, tasks)
+            for sample in range(config.k)]
+    report = BenchReport(planned=len(keys), skipped=len(keys) - len(todo),
+                         stored_errors=sum(key in errors for key in keys))
+    print(start_line(config, len(keys) // config.k, sum(key in done for key in keys), report, len(todo)),
+          file=sys.stderr, flush=True)
+    first = None
+    if todo:  # only now: a finished benchmark builds no agent (an hf model is not loaded to print a table)
+        first = factory()  # a wrong option is a ConfigError here, before the database or a sandbox exists
+        check_server(first)
     with ResultsDB(config.db) as db:
-        todo = plan(config, tasks, db.best_of_n_keys() if config.best_of > 1 else db.done_keys())
-        report = BenchReport(planned=len(tasks) * config.k, skipped=len(tasks) * config.k - len(todo))
-        kind = f"best-of-{config.best_of} trials" if config.best_of > 1 else "episodes"
-        print(f"{config.name} on {config.suite}: {len(tasks)} tasks x {config.k} = {report.planned} {kind}, "
-              f"{report.skipped} already in {config.db}, {len(todo)} to run", file=sys.stderr, flush=True)
         if todo:
-            _run(config, tasks, todo, factory, db, report)
+            _run(config, tasks, todo, factory, first, db, report)
         report.summaries = summarize(db.episodes(agent=config.name, suite=config.suite))
         report.best_of_n = summarize_best_of_n(db.best_of_n(agent=config.name, suite=config.suite))
     return report
 
 
+def start_line(config: BenchConfig, tasks: int, stored: int, report: BenchReport, to_run: int) -> str:
+    """What the run is about to do: the benchmark's size, how much is stored (errors named), what runs."""
+    kind = f"best-of-{config.best_of} trials" if config.best_of > 1 else "episodes"
+    line = (f"{config.name} on {config.suite}: {tasks} tasks x {config.k} = {report.planned} {kind}, "
+            f"{stored} already in {config.db}")
+    if report.stored_errors and config.retry_errors:
+        return line + f", {to_run} to run ({report.stored_errors} of them stored as errors, run again)"
+    if report.stored_errors:
+        line += (f" ({report.stored_errors} of them infra or internal errors: --retry-errors runs them again, "
+                 "replacing their rows)")
+    return line + f", {to_run} to run"
+
+
+def check_task_ids(config: BenchConfig, tasks: list[Task]) -> None:
+    """Every id of ``config.task_ids`` names a task of ``tasks``; else a :class:`ConfigError` with the closest ids."""
+    known = [t.instance_id for t in tasks]
+    for task_id in config.task_ids or ():
+        if task_id not in known:
+            close = difflib.get_close_matches(task_id, known, n=3, cutoff=0.5)
+            hint = f"did you mean {', '.join(map(repr, close))}?" if close else f"e.g. {', '.join(known[:5])}"
+            raise ConfigError(f"no task {task_id!r} in suite {config.suite!r} ({len(known)} tasks; {hint}); "
+                              f"`repogym tasks list --suite {config.suite}` lists them")
+
+
+def selected_tasks(config: BenchConfig, tasks: list[Task]) -> list[tuple[int, Task]]:
+    """(index in the suite, task) of the benchmark's tasks: ``config.task_ids`` when given, else all of ``tasks``."""
+    wanted = set(config.task_ids) if config.task_ids else None
+    return [(i, t) for i, t in enumerate(tasks) if wanted is None or t.instance_id in wanted]
+
+
+def episode_key_of(config: BenchConfig, task: Task, sample: int) -> str:
+    """The stored key of sample ``sample`` of ``task`` (a best-of-n trial's when ``config.best_of`` > 1)."""
+    n = config.best_of
+    return (best_of_n_key(config.name, config.checkpoint, config.suite, task.instance_id, sample, n) if n > 1
+            else episode_key(config.name, config.checkpoint, config.suite, task.instance_id, sample))
+
+
+def stored_keys(config: BenchConfig) -> tuple[set[str], dict[str, str | None]]:
+    """(every stored key, key -> trajectory of the rows stored as errors) of the table this run writes, read
+    without creating the database when it is not there yet."""
+    if not Path(config.db).exists():
+        return set(), {}
+    with ResultsDB(config.db) as db:
+        if config.best_of > 1:
+            return db.best_of_n_keys(), db.best_of_n_error_keys()
+        return db.done_keys(), db.error_keys()
+
+
+def check_server(agent: Any) -> None:
+    """An :class:`repogym.agents.llm.LLMAgent` asks its server whether it answers (raising
+    :class:`repogym.agents.errors.LLMServerUnreachable` when not) and the run says which server it uses; other
+    agents have no server to check."""
+    from repogym.agents.llm import LLMAgent
+
+    if isinstance(agent, LLMAgent):
+        models = agent.check_server()
+        listed = f" (it lists {', '.join(models[:5])})" if models else ""
+        print(f"llm agent: server {agent.config.base_url} answers{listed}; model {agent.config.model!r}",
+              file=sys.stderr, flush=True)
+
+
 def registry_factory(config: BenchConfig, tasks: list[Task]) -> AgentFactory:
-    """Builds agents by registry name; bad options become a :class:`ConfigError` on the first build."""
+    """Builds agents by registry name; bad options become a :class:`ConfigError` on the first build (which
+    :func:`run_bench` makes before it opens the database)."""
     from repogym.agents import AGENTS, make_agent
 
     if config.agent not in AGENTS:  # checked now: with nothing left to run, no agent is ever built (or imported)
@@ -187,26 +292,43 @@ def registry_factory(config: BenchConfig, tasks: list[Task]) -> AgentFactory:
     return lambda: make_agent(config.agent, **options)
 
 
-def plan(config: BenchConfig, tasks: list[Task], done: set[str]) -> list[EpisodeSpec]:
+def plan(config: BenchConfig, tasks: list[Task], done: set[str],
+         retry: dict[str, str | None] | None = None) -> list[EpisodeSpec]:
     """The episodes (best-of-n trials when ``config.best_of`` > 1) of the benchmark whose key is not in ``done``,
-    task by task."""
+    task by task (only ``config.task_ids`` when given), and those whose key is in ``retry`` (key -> the trajectory
+    its stored error row names), to run again."""
     specs = []
     n = config.best_of
-    for index, task in enumerate(tasks):
+    retry = retry or {}
+    for index, task in selected_tasks(config, tasks):
         for sample in range(config.k):
-            key = (best_of_n_key(config.name, config.checkpoint, config.suite, task.instance_id, sample, n) if n > 1
-                   else episode_key(config.name, config.checkpoint, config.suite, task.instance_id, sample))
-            if key in done:
-                continue
+            key = episode_key_of(config, task, sample)
+            seed = index * SEED_STRIDE + sample
             # A trial's branches write <name>.b<i>.jsonl (repogym.bench.best_of_n.branch_path).
-            path = config.trajectory_dir / (f"{task.instance_id}.s{sample}" + (f".best{n}" if n > 1 else "") + ".jsonl")
-            specs.append(EpisodeSpec(task, sample, index * SEED_STRIDE + sample, path.resolve()))
+            path = (config.trajectory_dir / (f"{task.instance_id}.s{sample}" + (f".best{n}" if n > 1 else "")
+                                             + ".jsonl")).resolve()
+            if key in retry:
+                old, new = _retry_paths(path, retry[key])
+                files = tuple(branch_path(old, i) for i in range(n)) if n > 1 else (old,)
+                specs.append(EpisodeSpec(task, sample, seed, new, retry=True, superseded=files))
+            elif key not in done:
+                specs.append(EpisodeSpec(task, sample, seed, path))
     return specs
 
 
+def _retry_paths(path: Path, stored: str | None) -> tuple[Path, Path]:
+    """(the trajectory base the stored error row used, the one its retry writes): of ``X.jsonl`` and
+    ``X.retry.jsonl``, the retry takes the one the stored row does not name, so that row keeps its file."""
+    other = path.with_name(path.stem + RETRY_SUFFIX + path.suffix)
+    used_other = stored is not None and Path(stored).name.startswith(other.stem + ".")
+    return (other, path) if used_other else (path, other)
+
+
 # -- running -----------------------------------------------------------------------------------------
-def _run(config: BenchConfig, tasks: list[Task], todo: list[EpisodeSpec], factory: AgentFactory,
+def _run(config: BenchConfig, tasks: list[Task], todo: list[EpisodeSpec], factory: AgentFactory, first: Any,
          db: ResultsDB, report: BenchReport) -> None:
+    """Run ``todo`` on ``config.concurrency`` workers, storing rows as they come; ``first`` is an agent already
+    built (it goes to the first worker)."""
     import gymnasium as gym
     from tqdm import tqdm
 
@@ -217,7 +339,7 @@ def _run(config: BenchConfig, tasks: list[Task], todo: list[EpisodeSpec], factor
     pending: queue.Queue[EpisodeSpec] = queue.Queue()
     for spec in todo:
         pending.put(spec)
-    finished: queue.Queue[EpisodeRow | BestOfNRow | BaseException] = queue.Queue()
+    finished: queue.Queue[tuple[EpisodeSpec, EpisodeRow | BestOfNRow] | BaseException] = queue.Queue()
     stop = threading.Event()
     workers = min(config.concurrency, len(todo))
     best = config.best_of > 1  # then each worker has one agent per branch, and forks ready in a warm pool
@@ -225,19 +347,26 @@ def _run(config: BenchConfig, tasks: list[Task], todo: list[EpisodeSpec], factor
     if config.run_id:
         env_fields["sandbox_config"] = SandboxConfig(run_id=config.run_id)
     env_config = EnvConfig(**env_fields) if env_fields else None
+    agents = [[first if w == 0 and b == 0 else factory() for b in range(config.best_of)] for w in range(workers)]
     pairs = [(gym.make("repogym/RepoTask-v0", suite=config.suite, tasks=tasks, sandbox=config.sandbox,
                        max_turns=config.max_turns, config=env_config),
-              [factory() for _ in range(config.best_of)] if best else factory()) for _ in range(workers)]
+              branch_agents if best else branch_agents[0]) for branch_agents in agents]
     for env, agent in pairs:
         threading.Thread(target=_work, args=(env, agent, config, pending, finished, stop), daemon=True).start()
     bar = tqdm(total=len(todo), file=sys.stderr, disable=not config.progress, desc=config.name, unit="ep")
     done = resolved = valid = 0
     try:
         while done < len(todo):
-            item = finished.get()
-            if isinstance(item, BaseException):  # a worker hit a bug: stop the run, raise it here
-                raise item
-            report.written += db.add_best_of_n(item) if isinstance(item, BestOfNRow) else db.add_episode(item)
+            got = finished.get()
+            if isinstance(got, BaseException):  # a worker hit a bug: stop the run, raise it here
+                raise got
+            spec, item = got
+            store = db.add_best_of_n if isinstance(item, BestOfNRow) else db.add_episode
+            if store(item, replace_error=spec.retry):
+                report.written += 1
+                if spec.retry:
+                    report.retried += 1
+                    _remove(spec.superseded)
             done += 1
             valid += not item.excluded
             resolved += item.resolved
@@ -246,7 +375,9 @@ def _run(config: BenchConfig, tasks: list[Task], todo: list[EpisodeSpec], factor
             bar.set_postfix_str(f"pass {resolved}/{valid}" + (f" = {100 * resolved / valid:.0f}%" if valid else ""))
     except KeyboardInterrupt:
         report.interrupted = True
-        print(f"\ninterrupted: {len(todo) - done} episodes not stored; re-run the same command to resume",
+        kept = (" (the errors not run again yet keep their rows; add --retry-errors again to retry them)"
+                if config.retry_errors else "")
+        print(f"\ninterrupted: {len(todo) - done} episodes not stored{kept}; re-run the same command to resume",
               file=sys.stderr)
     finally:
         stop.set()
@@ -274,7 +405,7 @@ def _work(env, agent, config: BenchConfig, pending: queue.Queue, finished: queue
             else:
                 row = episode_row(config, spec, _episode(env, agent, config.name, spec))
             if not stop.is_set():
-                finished.put(row)
+                finished.put((spec, row))
     except BaseException as exc:  # a bug: the main thread stops the run and raises it
         finished.put(exc)
     finally:
@@ -291,6 +422,15 @@ def _episode(env, agent, name: str, spec: EpisodeSpec) -> EpisodeResult:
         record = {"status": Status.INFRA_ERROR, "error": exc.record()}
         return EpisodeResult(spec.task.instance_id, name, Status.INFRA_ERROR, float("nan"), 0,
                              time.monotonic() - start, record, trajectory=Trajectory({}, [], None))
+
+
+def _remove(paths: tuple[Path, ...]) -> None:
+    """Remove the trajectory files of a replaced error row; one that cannot be removed is only logged."""
+    for path in paths:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:  # the filesystem's refusal (permissions, a read-only mount): the row is replaced anyway
+            log.warning("could not remove the replaced trajectory %s: %s", path, exc)
 
 
 # -- rows ----------------------------------------------------------------------------------------------
@@ -380,6 +520,5 @@ def load_agent_options(path: str | Path | None) -> dict[str, Any]:
     return options
 
 
-__all__ = ["BenchConfig", "BenchReport", "EpisodeSpec", "MAX_BEST_OF", "SEED_STRIDE", "best_of_n_row", "episode_row",
-           "load_agent_options",
-           "plan", "run_bench"]
+__all__ = ["BenchConfig", "BenchReport", "EpisodeSpec", "MAX_BEST_OF", "SEED_STRIDE", "best_of_n_row", "check_server",
+           "check_task_ids", "episode_row", "load_agent_options", "plan", "run_bench"]

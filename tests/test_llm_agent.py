@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from repogym.agents import make_agent
+from repogym.agents.errors import LLMServerUnreachable
 from repogym.agents.llm import LLMAgent, LLMConfig, LLMHTTPError
 from repogym.envs.actions import parse_action
 from repogym.envs.core.errors import ConfigError, InfraError
@@ -40,11 +41,14 @@ def text_reply(text, usage=(7, 3)):
 
 class FakeServer:
     """``/v1/chat/completions`` answering from ``script`` in order: ``(status, body)`` or ``(status, body,
-    delay_s)``; records every request body."""
+    delay_s)``; records every request body. ``GET /v1/models`` answers ``models``."""
 
     def __init__(self):
         self.script: list[tuple] = []
         self.requests: list[dict] = []
+        self.gets: list[str] = []
+        self.models: tuple[int, dict] = (200, {"object": "list", "data": [{"id": "test-model", "object": "model"}]})
+        """The ``GET /v1/models`` answer: (status, body)."""
         self.headers: list[dict] = []
         fake = self
 
@@ -70,6 +74,16 @@ class FakeServer:
                     self.wfile.write(data)
                 except OSError:  # the client gave up waiting (the timeout test)
                     pass
+
+            def do_GET(self):
+                fake.gets.append(self.path)
+                status, reply = fake.models if self.path == "/v1/models" else (404, {"error": "no route"})
+                data = json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def log_message(self, *args):
                 pass
@@ -387,3 +401,59 @@ def test_the_tools_option_sends_only_the_named_tools(server):
     agent.reset("task", {"tools": TOOLS})
     agent.act("task", {})
     assert [t["function"]["name"] for t in server.requests[0]["tools"]] == ["submit"]
+
+
+# -- the server check before the first episode -----------------------------------------------------------------
+def closed_port() -> int:
+    """A port that was free a moment ago: nothing listens there."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_check_server_lists_the_models_of_a_server_that_answers(server):
+    agent = agent_for(server)
+    assert agent.check_server() == ["test-model"]
+    assert server.gets == ["/v1/models"] and server.requests == []  # a GET only: no completion is paid for
+    server.models = (404, {"error": "no such route"})  # a server without the route is still a server
+    assert agent.check_server() == []
+
+
+def test_check_server_on_a_closed_port_names_the_url_and_how_to_start_a_server():
+    port = closed_port()
+    agent = LLMAgent(LLMConfig(base_url=f"http://127.0.0.1:{port}/v1", max_retries=3), sleep=Sleeps())
+    start = time.monotonic()
+    with pytest.raises(LLMServerUnreachable) as caught:
+        agent.check_server()
+    assert time.monotonic() - start < 3  # one try, no backoff
+    error = caught.value
+    assert isinstance(error, InfraError) and error.where == "llm"
+    assert f"no model server answers at http://127.0.0.1:{port}/v1" in error.message
+    assert "Connection refused" in error.message or "refused" in error.message.lower()
+    assert "repogym proxy --model smollm2-135m-instruct" in error.message and "--agent-config" in error.message
+    assert "REPOGYM_LLM_BASE_URL" in error.message
+
+
+def test_check_server_tells_a_refused_key_and_a_gateway_without_a_server(server):
+    agent = agent_for(server)
+    server.models = (401, {"error": "bad key"})
+    with pytest.raises(LLMHTTPError, match="HTTP 401"):
+        agent.check_server()
+    server.models = (503, {"error": "upstream down"})
+    with pytest.raises(LLMServerUnreachable, match="returned HTTP 503"):
+        agent.check_server()
+
+
+def test_check_server_waits_a_few_seconds_at_most():
+    from repogym.agents.llm import SERVER_CHECK_TIMEOUT_S
+
+    with socket.socket() as listener:  # accepts connections (the backlog) but never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        agent = LLMAgent(LLMConfig(base_url=f"http://127.0.0.1:{port}/v1", timeout_s=0.3))
+        start = time.monotonic()
+        with pytest.raises(LLMServerUnreachable, match="timed out"):
+            agent.check_server()
+        assert time.monotonic() - start < 2
+    assert SERVER_CHECK_TIMEOUT_S <= 10
