@@ -91,6 +91,37 @@ def test_a_phase_is_redrawn_while_nothing_finishes_and_is_silent_without_progres
     assert capsys.readouterr().err == ""
 
 
+# -- Ctrl-C ------------------------------------------------------------------------------------------------
+def test_the_first_interrupt_says_what_it_stops_and_keeps_and_a_second_exits_at_once(monkeypatch, capsys):
+    from repogym.trainer import interrupts
+
+    guard = interrupts.Interrupts()
+    guard.doing, guard.finished = "step 4's rollouts", {"step": 3}
+    with pytest.raises(KeyboardInterrupt):  # rollouts are not waited for
+        guard(signal.SIGINT, None)
+    assert "interrupted: stopping step 4's rollouts; saving a checkpoint of step 3... (Ctrl-C again exits at once" \
+        in capsys.readouterr().err
+
+    def exit_now(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(interrupts.os, "_exit", exit_now)
+    with pytest.raises(SystemExit) as exited:
+        guard(signal.SIGINT, None)
+    assert exited.value.code == 130 and "interrupted again: exiting now" in capsys.readouterr().err
+
+    guard = interrupts.Interrupts()
+    guard.finished, guard.updating = {"step": 3}, True
+    guard(signal.SIGINT, None)  # mid-update: no raise, the update finishes first
+    assert "finishing step 4's learner update, then saving a checkpoint of it" in capsys.readouterr().err
+    with pytest.raises(KeyboardInterrupt):
+        guard.check()
+    guard = interrupts.Interrupts()
+    with pytest.raises(KeyboardInterrupt):
+        guard(signal.SIGINT, None)
+    assert "no step has finished: nothing to save" in capsys.readouterr().err
+
+
 # -- the real thing, in a subprocess: progress, Ctrl-C, resume ---------------------------------------------
 def _start(config: Path, run_dir: Path, log: Path, *overrides: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -138,17 +169,16 @@ def test_ctrl_c_keeps_the_last_finished_step_and_says_how_to_resume(tmp_path):
     resume = f"resume with: repogym train --config {config} --run-dir '{run_dir}'"
     assert resume in out, out
 
-    # The printed command resumes from that step (no SFT again); a second Ctrl-C exits at once.
+    # The printed command resumes from that step (no SFT again) and goes on.
     log = tmp_path / "second.log"
     proc = _start(config, run_dir, log)
-    _wait_for(lambda: "train:" in log.read_text(), "the resumed run's bar", proc, log)
+    _wait_for(lambda: last + 1 in _steps(run_dir), "the resumed run's next step", proc, log)
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=30) == 130
+    assert proc.wait(timeout=120) == 130
     out = log.read_text()
     assert f"resuming {run_dir} from {kept.name}" in out and "sft: training" not in out
-    assert "interrupted again: exiting now" in out
+    steps = _steps(run_dir)
+    assert steps == list(range(1, max(steps) + 1)) and max(steps) > last  # one line per step: none lost or repeated
 
 
 # -- Weights & Biases ------------------------------------------------------------------------------------

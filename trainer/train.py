@@ -26,11 +26,8 @@ import dataclasses
 import difflib
 import json
 import math
-import os
 import random
-import signal
 import statistics
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +50,7 @@ from repogym.trainer.config import HeldoutConfig, TrainConfig, to_dict
 from repogym.trainer.curriculum import Curriculum
 from repogym.trainer.fleet import EpisodeOutcome, EpisodeRequest, Fleet, WorkerSpec, make_fleet
 from repogym.trainer.inference.weights import WEIGHT_MOVERS, WeightMover, make_weight_mover
+from repogym.trainer.interrupts import Interrupts
 from repogym.trainer.learner import PolicyLearner
 from repogym.trainer.metrics import MetricsLogger
 from repogym.trainer.progress import phase, say
@@ -234,7 +232,8 @@ class Trainer:
         # Requests per task group: with branching each makes ``branching.group`` continuations (when it branches).
         b = config.branching
         self.roots = max(1, self.group_size // b.group) if b.enabled else self.group_size
-        self.learner: PolicyLearner = self._learner()
+        with phase(self.progress, f"loading the model ({self.model_path})", unit="s"):
+            self.learner: PolicyLearner = self._learner()
         self.weights: WeightMover = make_weight_mover(config.inference, config.learner, self.model_path, config.seed)
         self.step, self.version, self.next_group, self.sft_done = 0, 0, 0, False
         self.fleet: Fleet | None = None
@@ -244,12 +243,7 @@ class Trainer:
         self._ready: list[StepGroup] = []
         self._eval: list[EpisodeOutcome] = []
         self._stats = StepStats()
-        # Ctrl-C: what the run is doing, whether the learner is mid-update (then the interrupt waits for the update),
-        # and the state of the last finished step (a checkpoint of it needs no rollout of the step after it).
-        self._doing = "setting up"
-        self._updating = False
-        self._interrupted = False
-        self._finished: dict[str, Any] | None = None
+        self.interrupts = Interrupts()
 
     # -- setup ----------------------------------------------------------------------------------------
     def _model_path(self) -> str:
@@ -259,7 +253,8 @@ class Trainer:
         if not (out / "config.json").exists():
             from repogym.trainer.tiny import build_tiny
 
-            build_tiny(out, self._corpus(), self.config.model.tiny)
+            with phase(self.progress, f"building the tiny model in {out}", unit="s"):
+                build_tiny(out, self._corpus(), self.config.model.tiny)
         return str(out)
 
     def _corpus(self) -> list[str]:
@@ -355,8 +350,8 @@ class Trainer:
 
     def _mark_finished(self) -> None:
         """The learner is done with the current step (or the warm start): its state is what an interrupt keeps."""
-        self._finished = self._progress_state()
-        self._updating = False
+        self.interrupts.finished = self._progress_state()
+        self.interrupts.updating = False
 
     def resume(self) -> bool:
         """Load the run folder's latest checkpoint, if any."""
@@ -383,25 +378,24 @@ class Trainer:
         resumed = self.resume()
         self.logger = MetricsLogger(self.run_dir, resume_step=self.step if resumed else 0,
                                     tensorboard=c.logging.tensorboard, wandb=c.logging.wandb, config=to_dict(c))
-        previous_handler = self._catch_interrupts()
+        self.interrupts.install()
         try:
             self._start_ray()
             return self._run()
         except KeyboardInterrupt:
-            if not self._interrupted:  # not ours (no handler outside the main thread): as Python would
+            if not self.interrupts.interrupted:  # not ours (no handler outside the main thread): as Python would
                 raise
             kept = self._keep()
             raise TrainingInterrupted(self.run_dir, kept[0], kept[1]) from None
         finally:
             if self.fleet is not None:
-                if self._interrupted:
+                if self.interrupts.interrupted:
                     say("closing the rollout fleet (its sandboxes go with it)...")
                 self.fleet.close()
             self.weights.close()
             self.learner.close()
             self.logger.close()
-            if previous_handler is not None:
-                signal.signal(signal.SIGINT, previous_handler)
+            self.interrupts.restore()
 
     def _run(self) -> dict[str, Any]:
         c = self.config
@@ -414,7 +408,7 @@ class Trainer:
             # Collecting demonstrations needs rollout workers of its own: before the policy's fleet holds the
             # cluster's CPUs (on a full cluster the collection would wait for them forever).
             self._demonstrations()
-        self._doing = "the rollout fleet's start"
+        self.interrupts.doing = "the rollout fleet's start"
         with phase(self.progress, f"starting the rollout fleet ({c.fleet.backend}, {c.fleet.workers} worker(s))",
                    unit="s"):
             self.fleet = self._make_fleet(self._spec())
@@ -432,41 +426,14 @@ class Trainer:
         return last
 
     # -- interrupts -----------------------------------------------------------------------------------
-    def _catch_interrupts(self):
-        """Install the SIGINT handler (main thread only: elsewhere Python delivers no signals); the previous one."""
-        if threading.current_thread() is not threading.main_thread():
-            return None
-        return signal.signal(signal.SIGINT, self._on_interrupt)
-
-    def _on_interrupt(self, signum, frame) -> None:
-        if self._interrupted:
-            say("interrupted again: exiting now, without saving (`repogym gc` removes sandboxes left behind)")
-            os._exit(130)
-        self._interrupted = True
-        again = "Ctrl-C again exits at once, without saving"
-        if self._updating:  # a half-applied update cannot be checkpointed: let it finish (seconds), then stop
-            say(f"interrupted: finishing step {self.step + 1}'s learner update, then saving a checkpoint of it "
-                f"({again})")
-            return
-        kept = self._finished
-        what = (f"saving a checkpoint of step {kept['step']}..." if kept is not None
-                else "no step has finished yet: nothing to save")
-        say(f"interrupted: stopping {self._doing}; {what} ({again})")
-        raise KeyboardInterrupt
-
     def _keep(self) -> tuple[int, Path | None]:
         """Save the last finished step, unless the periodic checkpoint already holds it: (step, checkpoint)."""
-        state, latest = self._finished, latest_checkpoint(self.run_dir)
+        state, latest = self.interrupts.finished, latest_checkpoint(self.run_dir)
         if state is None:
             return self.step, latest
         if latest is not None and latest.name == f"step-{state['step']:06d}.pt":
             return state["step"], latest
         return state["step"], self.save(state)
-
-    def _stop_if_interrupted(self) -> None:
-        """Where a deferred interrupt (one that came during a learner update) stops the run."""
-        if self._interrupted:
-            raise KeyboardInterrupt
 
     def sft_samples(self) -> list[Sample]:
         """The SFT data: successful trajectories of ``sft.agent`` on the training tasks (or a glob), tokenised."""
@@ -479,7 +446,7 @@ class Trainer:
         else:
             sequences = []
             variants = [s.agent_options, *s.agent_variants]
-            self._doing = "the SFT data's collection"
+            self.interrupts.doing = "the SFT data's collection"
             for n, options in enumerate(variants, 1):
                 shown = ", ".join(f"{k}={v}" for k, v in options.items())
                 with phase(self.progress, f"sft: collecting {s.agent} ({shown}) {n}/{len(variants)}",
@@ -532,7 +499,7 @@ class Trainer:
     def warm_start(self) -> None:
         """``sft.steps`` SFT updates on successful trajectories (see :meth:`sft_samples`), before RL."""
         self._demonstrations()  # collected before the bar below: it has bars of its own
-        self._doing = "the SFT warm start"
+        self.interrupts.doing = "the SFT warm start"
         log = MetricsLogger(self.run_dir / "sft", tensorboard=False)
         try:
             with phase(self.progress, "sft: training", total=self.config.sft.steps, unit="update") as bar:
@@ -626,9 +593,9 @@ class Trainer:
         one more SFT update instead, with no rollouts.)"""
         c = self.config
         start = time.monotonic()
-        self._doing = f"step {self.step + 1}'s rollouts"
+        self.interrupts.doing = f"step {self.step + 1}'s rollouts"
         if c.train.control == "sft_continue":
-            self._updating = True
+            self.interrupts.updating = True
             metrics: dict[str, Any] = self.sft_update()
             self.version += 1
             metrics.update(self._push_weights())
@@ -677,7 +644,7 @@ class Trainer:
         if leaked:  # the split is the claim of every eval_heldout number: never let it be trained on
             raise RuntimeError(f"held-out task(s) reached the learner: {leaked}")
         if batch:
-            self._updating = True  # from here to _finish_step, an interrupt waits (see _on_interrupt)
+            self.interrupts.updating = True  # from here to _finish_step, an interrupt waits (see trainer/interrupts.py)
             metrics.update(self.learner.train_step(batch, self.algorithm))
             self.version += 1
             metrics.update(self._push_weights())
@@ -700,7 +667,7 @@ class Trainer:
         metrics["charts/internal_errors"] = self.internal_errors.errors
         metrics.update(self.curriculum.metrics())
         try:
-            self._stop_if_interrupted()
+            self.interrupts.check()  # an interrupt that waited for the update
             if c.train.eval_every and (self.step % c.train.eval_every == 0 or self.step == c.train.steps):
                 metrics.update(self.evaluate())
         except KeyboardInterrupt:
@@ -747,7 +714,7 @@ class Trainer:
                            for n, (tag, tasks) in enumerate(splits.items())
                            for i, t in enumerate(tasks) for j in range(k)])
         want = sum(len(tasks) for tasks in splits.values()) * k
-        self._doing = f"the evaluation at step {self.step}"
+        self.interrupts.doing = f"the evaluation at step {self.step}"
         with phase(self.progress, f"eval (step {self.step})", total=want, leave=self.step == 0) as bar:
             while len(self._eval) < want and self.fleet.in_flight:
                 for outcome in self.fleet.wait(timeout=WAIT_S):

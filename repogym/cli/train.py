@@ -50,7 +50,8 @@ def run(args) -> int:
     try:
         return _train(args, config)
     except TrainingInterrupted as stop:
-        kept = (f"kept: {stop.checkpoint} (step {stop.step} of {config.train.steps})" if stop.checkpoint is not None
+        what = f"step {stop.step} of {config.train.steps}" + (": the SFT warm start" if stop.step == 0 else "")
+        kept = (f"kept: {stop.checkpoint} ({what})" if stop.checkpoint is not None
                 else "kept: nothing (no step had finished)")
         print(f"{kept}\nresume with: {resume_command(args, config.run_dir)}", file=sys.stderr)
         return 130
