@@ -55,6 +55,7 @@ def _tiny(run_dir: Path, **sections) -> dict:
     ("sft.agent_options.stlye=edit",
      r"sft\.agent_options \(agent 'oracle'\) has no option 'stlye' \(did you mean 'style'\?\); its options: .*context"),
     ("sft.agent_variants=[{styl: patch}]", r"sft\.agent_variants\[0\] \(agent 'oracle'\) has no option 'styl'"),
+    ("sft.agent=orcle", r"sft\.agent: unknown agent 'orcle' \(did you mean 'oracle'\?\); valid: oracle, null"),
     ("logging.wandb={projcet: x}", r"logging\.wandb: unknown key 'projcet' \(did you mean 'project'\?\)"),
     ("algorithm.options.temperature=0.5", r"algorithm\.options\.temperature \(0\.5\) must equal agent\.temperature"),
 ])

@@ -259,6 +259,10 @@ class TrainConfig:
         from repogym.agents import AGENTS
         from repogym.agents import check_options as check_agent_options
 
+        if s.agent not in AGENTS:
+            close = difflib.get_close_matches(s.agent, AGENTS.names(), n=1)
+            raise ConfigError(f"sft.agent: unknown agent {s.agent!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                              + f"; valid: {', '.join(AGENTS.names())}")
         factory = AGENTS.resolve(s.agent)
         params = inspect.signature(factory).parameters.values()
         if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):

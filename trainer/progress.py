@@ -36,14 +36,15 @@ class _Silent:
 @contextmanager
 def phase(enabled: bool, desc: str, total: int | None = None, unit: str = "episode", initial: int = 0,
           leave: bool = True) -> Iterator[Any]:
-    """A tqdm bar for one phase (``total`` None: a counter with the elapsed time), redrawn every :data:`TICK_S`
+    """A tqdm bar for one phase (``total`` None: a line with the elapsed time), redrawn every :data:`TICK_S`
     seconds by a thread of its own until the phase ends."""
     if not enabled:
         yield _Silent()
         return
     from tqdm import tqdm
 
-    bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, leave=leave, file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, leave=leave, file=sys.stderr, dynamic_ncols=True,
+               bar_format="{desc}: {elapsed} elapsed" if total is None else None)
     done = threading.Event()
 
     def tick() -> None:
