@@ -202,6 +202,7 @@ def test_bad_agent_config_files_are_clean_errors(tmp_path, capsys):
         assert main(["bench", "--agent", "oracle", "--suite", "builtin", "--limit", "1", "--sandbox", "local",
                      "--agent-config", str(tmp_path / name), "--db", str(tmp_path / "r.db"), "--no-progress"]) == 2
         assert message in capsys.readouterr().err
+        assert not (tmp_path / "r.db").exists()  # checked before the database (or a sandbox) is made
 
 
 # -- real runs on the local sandbox --------------------------------------------------------------------------

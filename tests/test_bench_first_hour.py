@@ -210,6 +210,21 @@ def test_an_interrupted_retry_keeps_the_error_row_and_its_trajectory(tmp_path):
     assert [s.trajectory for s in specs] == [old] and specs[0].superseded == (Path(row.trajectory),)
 
 
+def test_a_retried_best_of_n_trial_writes_the_other_branch_files_and_drops_the_old_ones(tmp_path):
+    from repogym.bench.best_of_n import branch_path
+    from repogym.bench.runner import episode_key_of
+
+    config = BenchConfig(agent="null", suite="builtin", db=tmp_path / "r.db", best_of=3, task_ids=[FIRST])
+    base = (config.trajectory_dir / f"{FIRST}.s0.best3.jsonl").resolve()
+    key = episode_key_of(config, BUILTIN[0], 0)
+    [spec] = plan(config, BUILTIN, {key}, {key: str(branch_path(base, 1))})
+    assert spec.retry and spec.trajectory == base.with_name(f"{FIRST}.s0.best3.retry.jsonl")
+    assert spec.superseded == tuple(branch_path(base, i) for i in range(3))
+    assert plan(config, BUILTIN, {key}) == []  # without retry: stored is stored
+    [spec] = plan(config, BUILTIN, {key}, {key: None})  # a trial that failed before any branch wrote a file
+    assert spec.trajectory.name == f"{FIRST}.s0.best3.retry.jsonl"
+
+
 def test_replace_error_replaces_only_error_rows_in_one_step(tmp_path):
     db = tmp_path / "r.db"
     fill(db, stored_row("a"), stored_row("b", status="resolved"), stored_row("c", status="internal_error"))
