@@ -161,11 +161,14 @@ def test_an_infra_error_prints_its_cause_and_retry_errors_replaces_its_row(tmp_p
     assert "0 to run" in err and rows_of(db) == [before]
 
     chat_server.status = 200  # the server is fixed: the agent now submits
-    assert main([*args, "--retry-errors"]) == 0
+    assert main([*args, "--retry-errors", "--json"]) == 0
     out = capsys.readouterr()
     assert "1 to run (1 of them stored as errors, run again)" in out.err
-    assert "1 episodes stored this run (1 of them replacing stored errors)" in out.out
-    assert "errors of llm" not in out.out
+    assert "1 episodes stored this run (1 of them replacing stored errors)" in out.err  # --json: notes on stderr
+    document = json.loads(out.out)  # a real episode ran, and stdout still holds the JSON object alone
+    assert (document["written"], document["retried"], document["skipped"]) == (1, 1, 0)
+    [summary] = document["summaries"]
+    assert (summary["episodes"], summary["infra_errors"], summary["errors"]) == (1, 0, [])
     [after] = rows_of(db)  # replaced, not added
     assert (after.task_id, after.sample, after.status) == (FIRST, 0, "unresolved") and after.error is None
     assert after.trajectory != before.trajectory and Path(after.trajectory).exists()
