@@ -92,6 +92,86 @@ def test_a_phase_is_redrawn_while_nothing_finishes_and_is_silent_without_progres
     assert capsys.readouterr().err == ""
 
 
+class _ScriptedFleet:
+    """A fleet whose episodes end at once, unresolved: the trainer's loop without sandboxes or a model."""
+
+    restarts = 0
+
+    def __init__(self):
+        self.queue = []
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.queue)
+
+    def submit(self, requests) -> None:
+        self.queue.extend(requests)
+
+    def wait(self, timeout=None):
+        from repogym.envs.core.status import Status
+        from repogym.trainer.fleet import EpisodeOutcome
+
+        request = self.queue.pop(0)
+        return [EpisodeOutcome(request.task_id, "hf", Status.UNRESOLVED, 0.0, 1, 0.1, request=request)]
+
+    def push_weights(self, state_dict, version: int) -> None:
+        pass
+
+    def close(self) -> None:
+        self.queue.clear()
+
+
+def _fake_wandb(monkeypatch) -> list:
+    """A stand-in ``wandb`` module that records what a run is given (``init`` kwargs, ``log`` calls, ``finish``)."""
+    import importlib.machinery
+    import types
+
+    calls: list = []
+
+    class Run:
+        def log(self, data, step):
+            calls.append(("log", step, data))
+
+        def finish(self):
+            calls.append(("finish",))
+
+    module = types.ModuleType("wandb")
+    module.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+    module.init = lambda **kwargs: calls.append(("init", kwargs)) or Run()
+    monkeypatch.setitem(sys.modules, "wandb", module)
+    return calls
+
+
+@pytest.mark.slow  # a tiny model's tokenizer and weights: ~10 s
+def test_a_run_shows_each_phase_and_logs_the_same_metrics_to_wandb(tmp_path, monkeypatch, capsys):
+    from repogym.trainer.tiny import TinyModelConfig, build_tiny
+    from repogym.trainer.train import Trainer
+
+    calls = _fake_wandb(monkeypatch)
+    model = build_tiny(tmp_path / "model", ["a tiny corpus: no episode is generated here"] * 4,
+                       TinyModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
+                                       num_kv_heads=1))
+    config = from_dict(TrainConfig, _tiny(tmp_path / "run", model={"path": str(model)},
+                                          train={"steps": 1, "eval_every": 1, "eval_samples": 1},
+                                          logging={"wandb": {"project": "p", "mode": "offline", "tags": ["t"]}}))
+    trainer = Trainer(config, progress=True)
+    monkeypatch.setattr(trainer, "_make_fleet", lambda spec: _ScriptedFleet())
+    trainer.run()
+    err = capsys.readouterr().err
+    for bar in ("loading the model", "starting the rollout fleet (local, 2 worker(s))", "eval (step 0)",
+                "eval (step 1)", "train:"):
+        assert bar in err, bar
+    (_, init), *logged, finish = calls
+    assert (init["project"], init["mode"], init["tags"], init["name"]) == ("p", "offline", ["t"], "run")
+    assert init["config"]["logging"]["wandb"]["project"] == "p" and finish == ("finish",)
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [step for _, step, _ in logged] == [line["step"] for line in lines] == [0, 1]
+    for (_, _, data), line in zip(logged, lines):  # the same names and values, but for non-numbers
+        assert data == {k: v for k, v in line.items() if k != "step" and isinstance(v, (int, float))
+                        and not isinstance(v, bool)}
+        assert "eval/success_rate" in data
+
+
 # -- Ctrl-C ------------------------------------------------------------------------------------------------
 def test_the_first_interrupt_says_what_it_stops_and_keeps_and_a_second_exits_at_once(monkeypatch, capsys):
     from repogym.trainer import interrupts
