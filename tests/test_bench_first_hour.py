@@ -74,10 +74,11 @@ def test_llm_without_a_server_fails_fast_naming_the_url_and_how_to_start_one(tmp
 
 
 def test_llm_default_url_comes_from_the_environment_and_is_in_help(tmp_path, monkeypatch, capsys):
-    from repogym.agents.llm import DEFAULT_BASE_URL
-    from repogym.cli.bench import LLM_DEFAULT_URL
+    from repogym.agents.llm import DEFAULT_BASE_URL, LLMConfig
 
-    assert LLM_DEFAULT_URL == DEFAULT_BASE_URL
+    assert DEFAULT_BASE_URL == "http://localhost:8000/v1"
+    monkeypatch.delenv("REPOGYM_LLM_BASE_URL", raising=False)
+    assert LLMConfig().base_url == DEFAULT_BASE_URL  # what --help names is what the agent targets
     with pytest.raises(SystemExit):
         main(["bench", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())

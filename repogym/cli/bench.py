@@ -5,11 +5,8 @@ from __future__ import annotations
 import sys
 
 from repogym.agents import AGENTS
+from repogym.agents.llm import DEFAULT_BASE_URL as LLM_DEFAULT_URL  # a light module (urllib, no client package)
 from repogym.envs.sandbox import BACKENDS
-
-LLM_DEFAULT_URL = "http://localhost:8000/v1"
-"""The llm agent's default server (repogym.agents.llm.DEFAULT_BASE_URL; a test keeps the two equal), named in --help
-without importing the agent."""
 
 
 def add_parser(sub) -> None:
