@@ -61,7 +61,8 @@ def _tiny(run_dir: Path, **sections) -> dict:
 ])
 def test_a_typo_in_any_section_names_the_closest_key_and_the_valid_ones(override, message):
     with pytest.raises(ConfigError, match=message):
-        load_config(None, [override])
+        load_config(None, ["sft.steps=10", override])  # the SFT agent's options are checked when SFT collects
+    assert load_config(None, ['sft.agent="null"']).sft.agent == "null"  # no SFT: its defaults are no error
 
 
 def test_config_errors_come_before_the_model_and_the_run_folder(tmp_path):

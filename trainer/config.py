@@ -252,9 +252,10 @@ class TrainConfig:
 
     def _check_sft_agent(self) -> None:
         """``sft.agent`` exists and takes every option of ``sft.agent_options`` and ``sft.agent_variants`` (the hf
-        agent's options are the ``agent`` section's fields, checked as it is read)."""
+        agent's options are the ``agent`` section's fields, checked as it is read), when the run collects SFT data."""
         s = self.sft
-        if s.trajectories or s.agent == "hf":
+        collects = s.steps > 0 or self.train.control == "sft_continue"
+        if not collects or s.trajectories or s.agent == "hf":
             return
         from repogym.agents import AGENTS
         from repogym.agents import check_options as check_agent_options
