@@ -23,13 +23,12 @@ assignments, is ``repogym``. A block with such a command and no marker fails
 ``COMMAND_TIMEOUT_S``), in a fresh folder for that file, with this environment's ``repogym`` first on PATH, so a
 later command finds what an earlier one wrote (a results database, trajectories). The folder starts as a fresh
 clone is after ``bash scripts/demo.sh`` in what the commands name of it: each ``runs/demo/AGENT/TASK.jsonl``
-they name is made first, by ``repogym demo`` on that one builtin task. Keep runnable examples short
+they name is made first, by ``repogym demo --task TASK --agents AGENT``. Keep runnable examples short
 (``--limit 1``, ``--task ID``); mark longer ones ``needs long-run``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -236,19 +235,11 @@ def _run(command: str, folder: Path, env: dict[str, str], where: str) -> subproc
 
 def _make_demo_trajectories(commands: list[Command], folder: Path, env: dict[str, str]) -> None:
     """What ``bash scripts/demo.sh`` leaves in a clone that the commands name: ``runs/demo/AGENT/TASK.jsonl``."""
-    from repogym.envs.tasks.suites import suite_path
-
     wanted = {(found["agent"], found["task"]) for command in commands
               for found in _DEMO_TRAJECTORY.finditer(command.text)}
-    records = {json.loads(line)["instance_id"]: line
-               for line in suite_path("builtin").read_text(encoding="utf-8").splitlines() if line.strip()}
     for agent, task in sorted(wanted):
-        assert task in records, f"the docs name a demo trajectory of {task!r}, which the builtin suite lacks"
-        one_task = folder / ".docs-check" / f"{task}.jsonl"
-        one_task.parent.mkdir(exist_ok=True)
-        one_task.write_text(records[task] + "\n", encoding="utf-8")
-        _run(f"repogym demo --suite {one_task} --agents {agent} --out runs/demo", folder, env,
-             f"preparing runs/demo/{agent}/{task}.jsonl")
+        _run(f"repogym demo --suite builtin --task {task} --agents {agent} --out runs/demo", folder, env,
+             f"making runs/demo/{agent}/{task}.jsonl, as bash scripts/demo.sh does")
         assert (folder / "runs" / "demo" / agent / f"{task}.jsonl").is_file()
 
 
