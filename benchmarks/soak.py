@@ -397,6 +397,10 @@ class Scripted:
         self._queue = [_bash(p) for p in self.probes]
         self.inner.reset(observation, info)
 
+    def turn_record(self) -> None:
+        """Nothing of its own to record (the Agent protocol's member)."""
+        return None
+
     def act(self, observation: str, info: dict[str, Any]) -> str:
         return self._queue.pop(0) if self._queue else self.inner.act(observation, info)
 
@@ -483,6 +487,10 @@ class Hostile:
     def reset(self, observation: str, info: dict[str, Any]) -> None:
         self.findings, self._last = [], None
         self._queue = [_LEFTOVERS] + [c.replace("{mark}", self.mark) for c in ATTACKS[self.attack]]
+
+    def turn_record(self) -> None:
+        """Nothing of its own to record (the Agent protocol's member)."""
+        return None
 
     def act(self, observation: str, info: dict[str, Any]) -> str:
         if self.secret in observation and not any(SECRET_VAR in f for f in self.findings):

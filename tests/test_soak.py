@@ -125,7 +125,9 @@ def test_short_soak_with_kills_leaks_nothing_and_keeps_the_invariants():
     load, idle = report.phase("load"), report.phase("idle")
     assert report.leaked_containers == [] and report.leaked_processes == [] and report.leaked_threads == []
     assert report.hung_envs == [] and report.close_errors == []
-    assert len(load) >= 8 and report.kills_done >= 4
+    # Enough episodes for the invariants to mean something; how many fit in the time depends on the machine's load
+    # (CI runs this beside other tests), which is not what this test is about.
+    assert len(load) >= 4 and report.kills_done >= 4
     assert all(k.target.startswith(f"repogym-{report.run_id}-") for k in report.kills if k.ok)
     reached = report.reached()
     assert reached & {id(e) for e in load}, "no kill reached an episode: the kill attribution is broken"
