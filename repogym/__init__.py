@@ -18,4 +18,9 @@ if (_checkout / "pyproject.toml").is_file() and (_checkout / "envs" / "__init__.
 
 import repogym.envs  # noqa: E402, F401  (registers repogym/RepoTask-v0)
 
-__version__ = "0.1.0"
+try:  # one source of the version: the installed package's metadata (what `repogym --version` prints)
+    from importlib.metadata import PackageNotFoundError as _NotInstalled, version as _version
+
+    __version__ = _version("repogym")
+except _NotInstalled:  # imported from a checkout that was never installed
+    __version__ = "unknown"
