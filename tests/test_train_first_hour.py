@@ -23,12 +23,12 @@ TASKS = ["repogym__tablekit-center-odd-padding", "repogym__tablekit-zero-header-
 
 
 def _tiny(run_dir: Path, **sections) -> dict:
-    """The smallest real run: a tiny model built in the run folder, one-turn episodes, the in-process fleet."""
+    """The smallest real run: a tiny model built in the run folder, short episodes, the in-process fleet."""
     data = {
         "seed": 0, "run_dir": str(run_dir),
         "model": {"tiny": {"vocab_size": 300, "hidden_size": 32, "intermediate_size": 64, "num_layers": 1,
                            "num_heads": 2, "num_kv_heads": 1, "max_position_embeddings": 2048}},
-        "env": {"sandbox": "local", "max_turns": 1, "reward": "process", "eval_timeout": 120, "command_timeout": 30,
+        "env": {"sandbox": "local", "max_turns": 3, "reward": "process", "eval_timeout": 120, "command_timeout": 30,
                 "analyze_final_diff": False},
         "curriculum": {"suites": {"builtin": 1.0}, "task_ids": TASKS},
         "agent": {"temperature": 1.0, "max_new_tokens": 16, "tools": ["edit", "submit"]},
@@ -284,6 +284,8 @@ def _wandb_history(run_file: Path) -> list[dict]:
             pos += 32768 - pos % 32768
             continue
         length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        if pos + 7 + length > len(data):  # still being written
+            break
         chunks += data[pos + 7:pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # a full record, or a fragmented one's last piece
@@ -309,7 +311,9 @@ def test_wandb_offline_gets_the_same_metrics_as_the_jsonl_file(tmp_path, monkeyp
     logger.log(2, {"rollout/reward_mean": 0.75})
     logger.close()
     [run_file] = (tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb")
-    history = _wandb_history(run_file)
+    deadline = time.monotonic() + 60
+    while len(history := _wandb_history(run_file)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)  # W&B's service process writes the file after finish() returns
     assert [(h["_step"], h["rollout/reward_mean"]) for h in history] == [(1, 0.5), (2, 0.75)]
     assert history[0]["losses/skipped"] == 1 and "eval/success_rate" not in history[0]  # NaN: left out, as in TB
     run_id = (tmp_path / "run" / "wandb_run_id").read_text().strip()
