@@ -12,8 +12,10 @@ checkout_writable() {
 }
 
 # The set-up is quiet unless something is wrong: each phase says what it does in one line, and a step's own
-# output is kept aside, shown whole when the step fails; when it succeeds only the lines the tool itself marks as
-# a warning or an error show (pip's, at the start of a line: not a build backend's indented chatter).
+# output is kept aside, shown whole when the step fails. When it succeeds, only what the tool itself marks (pip's
+# lines that start with ERROR: or WARNING:, not a build backend's indented chatter) shows: every error line (a
+# dependency conflict), and of the warnings the first and their number (a pip.conf naming a missing index folder
+# warns once per package).
 
 # say MESSAGE: one line about the phase that begins, prefixed with the script's name.
 say() {
@@ -30,7 +32,15 @@ quietly() {
     echo "$(basename "$0" .sh): $what failed (exit status $status); its output:" >&2
     cat "$log" >&2
   else
-    grep -E '^(WARNING|ERROR):' "$log" >&2 || true
+    grep -E '^ERROR:' "$log" >&2 || true
+    local warnings
+    warnings=$(grep -cE '^WARNING:' "$log" || true)
+    if [ "$warnings" -gt 0 ]; then
+      grep -m1 -E '^WARNING:' "$log" >&2
+      if [ "$warnings" -gt 1 ]; then
+        echo "  (and $((warnings - 1)) more warning(s) while $what)" >&2
+      fi
+    fi
   fi
   rm -f "$log"
   return "$status"

@@ -107,10 +107,22 @@ def test_a_failing_install_shows_its_whole_output_and_stops_the_setup(fake_world
     assert "Docker" not in ran.stdout  # nothing after the failed step ran
 
 
-def test_quietly_passes_a_tool_s_own_warnings_through(tmp_path):
-    script = (f"source {REPO}/scripts/venvs.sh; "
-              "quietly 'a step' sh -c 'echo chatter; echo \"  indented: warning\" >&2; echo \"WARNING: real\" >&2'; "
-              "echo \"status $?\"")
-    ran = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "TMPDIR": str(tmp_path)})
+def _quietly(tmp_path: Path, command: str) -> subprocess.CompletedProcess:
+    script = f"source {REPO}/scripts/venvs.sh; quietly 'installing x' sh -c '{command}'; echo \"status $?\""
+    return subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+
+
+def test_quietly_passes_a_tool_s_own_errors_through_and_sums_its_warnings_up(tmp_path):
+    ran = _quietly(tmp_path, 'echo chatter; echo "  indented: warning" >&2; echo "WARNING: real" >&2')
     assert ran.stdout == "status 0\n" and ran.stderr == "WARNING: real\n"
+    # A pip.conf naming a missing index folder: pip warns once per package; a conflict is an error line.
+    ran = _quietly(tmp_path, 'for p in a b c; do echo "WARNING: Location file:///x/$p/ is ignored" >&2; done; '
+                             'echo "ERROR: the dependency resolver found a conflict" >&2')
+    assert ran.stdout == "status 0\n"
+    assert ran.stderr.splitlines() == ["ERROR: the dependency resolver found a conflict",
+                                       "WARNING: Location file:///x/a/ is ignored",
+                                       "  (and 2 more warning(s) while installing x)"]
+    ran = _quietly(tmp_path, 'echo "  detail"; exit 3')
+    assert ran.stdout == "status 3\n"
+    assert ran.stderr.splitlines() == ["bash: installing x failed (exit status 3); its output:", "  detail"]
