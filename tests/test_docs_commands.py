@@ -255,3 +255,11 @@ def test_runnable_commands_run(file, tmp_path):
     _make_demo_trajectories(commands, folder, env)
     for command in commands:
         _run(command.text, folder, env, str(command))
+
+
+def test_a_failing_command_fails_with_where_and_why(tmp_path):
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    with pytest.raises(pytest.fail.Exception) as failed:
+        _run("repogym tasks list --suite no-such-suite", tmp_path, env, "x.md:3: repogym tasks list --suite no-such-suite")
+    assert "x.md:3: repogym tasks list --suite no-such-suite: exited 2" in str(failed.value)
+    assert "unknown suite 'no-such-suite'" in str(failed.value)
