@@ -141,6 +141,7 @@ def _build_wheel(tmp_path: Path) -> tuple[Path, str]:
     return wheel, built.stdout + built.stderr
 
 
+@pytest.mark.slow
 def test_the_wheel_builds_quietly_and_carries_every_task_repository_file(tmp_path):
     """Issue 42: setuptools took each folder of the bundled task repositories for a package it would ignore and
     said so in 14 warning blocks (~550 lines) on every install; the data is declared as package data only."""
