@@ -1,6 +1,6 @@
 """Reward determinism: grading the same patch again gives the same record, on every builtin task.
 
-For each task the gold patch and the empty patch are each graded several times; every grade of one
+For each task the gold patch (and, locally, the empty patch) is graded several times; every grade of one
 patch must agree exactly on the status and on the outcome of every graded test, gold must resolve and
 empty must not. A disagreement names the task, the patch and the tests whose outcome changed (a flaky
 task, or a grader that is not deterministic), rather than being retried away.
@@ -119,11 +119,12 @@ def test_five_grades_agree_on_every_builtin_task_in_docker(capsys):
     try:
         for task in tasks:  # build images and start pools up front: the workers then only read `pools`
             factory_for(task)
-        # The gold patch 5 times (the spec); the empty patch, a control, twice.
-        problems, seconds = check_tasks(tasks, factory_for, runs=5, empty_runs=2, workers=workers)
+        # The gold patch 5 times (the spec). The empty patch's control is test_builtin_suite's docker validation,
+        # which grades it three times per task and fails on any test whose outcome changes: not graded again here.
+        problems, seconds = check_tasks(tasks, factory_for, runs=5, empty_runs=0, workers=workers)
     finally:
         for pool in pools.values():
             pool.close()
-    report(capsys, f"docker, {len(tasks)} tasks x (5 gold + 2 empty) grades, {len(pools)} pool(s)",
+    report(capsys, f"docker, {len(tasks)} tasks x 5 gold grades, {len(pools)} pool(s)",
            time.monotonic() - start, seconds)
     assert problems == []
