@@ -20,8 +20,12 @@ fi
 status=0
 # On several workers (pytest-xdist): most tests wait on sandboxes and subprocesses, so 3 workers fit 2 cores. A
 # file's tests stay together, and Ray tests share one worker (tests/conftest.py). REPOGYM_TEST_WORKERS=0: one process.
-"$MAIN_VENV/bin/python" -m pytest -m "not gpu and not vllm and not integrations" -n "${REPOGYM_TEST_WORKERS:-3}" \
-  --dist loadgroup "${pytest_args[@]}" "$@" || status=$?
+# Tests marked `alone` (one restarts dockerd) run after, in one process, when nothing else needs the daemon.
+"$MAIN_VENV/bin/python" -m pytest -m "not gpu and not vllm and not integrations and not alone" \
+  -n "${REPOGYM_TEST_WORKERS:-3}" --dist loadgroup "${pytest_args[@]}" "$@" || status=$?
+# (exit 5: the arguments selected none of them)
+"$MAIN_VENV/bin/python" -m pytest -m "alone and not gpu and not vllm and not integrations" "${pytest_args[@]}" "$@" \
+  || { rc=$?; [ "$rc" = 5 ] || status=$rc; }
 # The peers' packages (OpenEnv, SkyRL-Gym, verifiers, TRL, mini-swe-agent) in an environment layered over
 # .venv: always, since the adapters are only worth what their tests against the real packages show.
 { bash scripts/setup_integrations.sh &&

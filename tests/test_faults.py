@@ -149,6 +149,7 @@ def _dockerd_restartable():
 
 @pytest.mark.docker
 @pytest.mark.slow
+@pytest.mark.alone  # it restarts the machine's dockerd: every other Docker test would lose its daemon meanwhile
 def test_dockerd_restart_mid_episode(tiny_task):
     from tests.conftest import require_backend
     require_backend("docker")
