@@ -18,8 +18,8 @@ fi
 # Lint first (seconds): pyproject's ruff rules keep every import on the one installed namespace.
 "$MAIN_VENV/bin/ruff" check "${ruff_args[@]}" .
 status=0
-# On several workers (pytest-xdist): most tests wait on sandboxes and subprocesses, so 3 workers fit 2 cores. A
-# file's tests stay together, and Ray tests share one worker (tests/conftest.py). REPOGYM_TEST_WORKERS=0: one process.
+# On several workers (pytest-xdist): 3 keep both cores busy while sandboxes start and tests wait on them. A file's
+# tests stay together, and Ray tests share one worker (tests/conftest.py). REPOGYM_TEST_WORKERS=0: one process.
 # Tests marked `alone` (one restarts dockerd) run after, in one process, when nothing else needs the daemon.
 "$MAIN_VENV/bin/python" -m pytest -m "not gpu and not vllm and not integrations and not alone" \
   -n "${REPOGYM_TEST_WORKERS:-3}" --dist loadgroup "${pytest_args[@]}" "$@" || status=$?
