@@ -4,16 +4,14 @@ downloads, vLLM's start), each faked slow, print a line with the time elapsed wh
 from __future__ import annotations
 
 import re
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from repogym.envs.core import ticker
 from repogym.envs.core.ticker import ticking
 
-FAKES = str(Path(__file__).parent / "fakes")
+from tests.test_vllm_engine import fake_vllm  # noqa: F401  (the stand-in of vLLM, one fixture for both files)
 SLOW_S, EVERY_S = 0.5, 0.1  # a step of five ticks: at least two lines even on a loaded machine
 
 
@@ -106,18 +104,6 @@ def test_a_wheel_download_shows_progress(fast_ticks, monkeypatch, tmp_path, caps
     assert f"{what}: done after" in err
 
 
-@pytest.fixture
-def fake_vllm(monkeypatch):
-    """The stand-in of vLLM's async API (tests/fakes/vllm) imported as ``vllm``."""
-    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.syspath_prepend(FAKES)
-    import vllm
-
-    assert vllm.__file__.startswith(FAKES)
-    yield vllm
-    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-        sys.modules.pop(name, None)
 
 
 def test_the_vllm_engine_s_start_shows_progress(fake_vllm, fast_ticks, monkeypatch, capsys):
