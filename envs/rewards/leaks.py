@@ -16,6 +16,9 @@ The lines searched for are the added lines of both patches that are long enough 
 (:data:`MIN_LINE`) and that occur nowhere in the base tree. A file counts as a leak when it holds half of
 a patch's lines (:data:`SHARE`, and at least two), or one of at least :data:`LONG_LINE` characters, so a few
 short common lines in an unrelated library (the standard library has ``if not values:``) do not.
+A leak in a copy that pip vendors (``.../pip/_vendor/requests/models.py`` on a task of requests: a later release,
+the fix included) has a remedy, :func:`vendored_copies` names it: the ``setup.hide_vendored`` key, which makes
+the environment image delete that copy (:mod:`repogym.envs.sandbox.images`).
 Not guaranteed: a fix written down in other words (or compressed) is not found; this is a tripwire for
 the ways tasks have actually leaked, not a proof.
 """
@@ -54,6 +57,14 @@ KEEP_REFS = {"refs/heads/main", "refs/tags/repogym-base"}
 # An import names a module that is installed anyway (``from babel.messages.catalog import Catalog`` is in babel).
 _IMPORT = re.compile(r"(from\s+[\w.]+\s+)?import\s")
 _COMMON = set(keyword.kwlist) | set(dir(builtins)) | {"self", "cls", "args", "kwargs"}
+
+
+_VENDORED = re.compile(r"/pip/_vendor/([A-Za-z_]\w*)(?:/|\.py )")
+
+
+def vendored_copies(problems: list[str]) -> list[str]:
+    """The packages whose copies in pip's ``_vendor`` the leak ``problems`` (of :func:`find_leaks`) name, sorted."""
+    return sorted({m.group(1) for problem in problems for m in [_VENDORED.search(problem)] if m})
 
 
 def added_lines(patch: str, base_text: str) -> list[str]:

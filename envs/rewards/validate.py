@@ -8,18 +8,26 @@ fix inside the agent's sandbox (``leak: ...``); a gold patch in code the harness
 the test framework, pytest-dev/pytest: not graded safely, so not graded); tests whose baseline outcome changes between runs (flaky);
 infrastructure errors (reported apart, not as task bugs). Each verdict also names its failed checks in
 ``reasons`` (short keys of :data:`REASONS`), so a caller such as the task generator can count drops by kind.
+
+Causes outside the patch: the PASS_TO_PASS tests failing at base, and the FAIL_TO_PASS tests the gold patch leaves
+failing, are run once more and classified (:mod:`repogym.envs.rewards.causes`: ``needs_network``,
+``missing_dependency``); each classified test is in :attr:`Validation.causes` and its cause among the reasons.
+A leak in a copy of the project that pip vendors names its remedy in :attr:`Validation.remedies`
+(``{"hide_vendored": [...]}``, a ``setup`` key). ``repogym tasks import --drop-broken-tests`` applies both.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
 from repogym.envs.core.errors import ConfigError, InfraError, LocatedError
+from repogym.envs.rewards.causes import CAUSES, diagnose
 from repogym.envs.rewards.evaluate import grade
-from repogym.envs.rewards.leaks import find_leaks
+from repogym.envs.rewards.leaks import find_leaks, vendored_copies
 from repogym.envs.rewards.tamper import is_shadow_path
 from repogym.envs.sandbox.base import Sandbox
 from repogym.envs.core.status import Status
@@ -42,6 +50,7 @@ REASONS = {
     "harness_code": "the gold patch changes code the harness itself imports (pytest, pluggy, py or a module "
                     "named like the standard library: the repository is the test framework); the tamper filter "
                     "drops such changes, so the task cannot be graded safely",
+    **CAUSES,
 }
 """The checks a verdict can fail, by the key it names them with in :attr:`Validation.reasons`."""
 
@@ -62,6 +71,11 @@ class Validation:
     unprotected: list[str] = field(default_factory=list)
     """FAIL_TO_PASS tests the gold patch's grading could make no twin for (``envs/rewards/twins.py``): a forger
     that fools the test process is caught there only by the run's other guards."""
+    causes: dict[str, str] = field(default_factory=dict)
+    """``{test: cause}`` for failing tests whose failure shows a cause outside the patch (a key of
+    :data:`repogym.envs.rewards.causes.CAUSES`): PASS_TO_PASS at base, FAIL_TO_PASS under the gold patch."""
+    remedies: dict[str, list[str]] = field(default_factory=dict)
+    """``setup`` keys that would remove a leak found, e.g. ``{"hide_vendored": ["requests"]}``."""
 
     def fail(self, reason: str, problem: str) -> None:
         """Record ``problem`` under the check ``reason`` (a key of :data:`REASONS`)."""
@@ -99,25 +113,42 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
             result.infra_errors.append(f"{label}: {record.error['where']}: {record.error['message']}")
     if leaks:
         try:
-            for problem in find_leaks(task, make_agent_sandbox or make_sandbox):
+            found = find_leaks(task, make_agent_sandbox or make_sandbox)
+            for problem in found:
                 result.fail("leak", f"leak: {problem}")
+            hidden = sorted(set(vendored_copies(found)) - set(task.setup.get("hide_vendored") or []))
+            if hidden:
+                result.remedies["hide_vendored"] = hidden
         except InfraError as exc:
             result.infra_errors.append(f"leak check: {exc.where}: {exc.message}")
     if result.infra_errors:
         result.reasons.append("infra_error")
         result.duration_s = time.monotonic() - start
         return result
-    if not gold.resolved:
-        failing = [t for t, o in gold.tests.items() if o != "passed"]
-        result.fail("gold_unresolved", f"gold patch is {gold.status}: not passing {failing[:10]}"
-                    + (f" ({gold.error['message'][:300]})" if gold.error else ""))
     base = baselines[0]
     passing_f2p = [t for t in task.FAIL_TO_PASS if base.tests.get(t) == "passed"]
     failing_p2p = [t for t in task.PASS_TO_PASS if base.tests.get(t) != "passed"]
+    try:
+        if not gold.resolved:
+            gold_failing = [t for t in task.FAIL_TO_PASS if gold.tests.get(t) != "passed"]
+            result.causes.update(diagnose(task, gold_failing, make_sandbox, patch=task.patch))
+        if failing_p2p:
+            result.causes.update(diagnose(task, failing_p2p, make_sandbox))
+    except InfraError as exc:  # the causes are an explanation: without them the verdict still stands
+        result.infra_errors.append(f"diagnosis of the failing tests: {exc.where}: {exc.message}")
+        result.reasons.append("infra_error")
+    if not gold.resolved:
+        failing = [t for t, o in gold.tests.items() if o != "passed"]
+        result.fail("gold_unresolved", f"gold patch is {gold.status}: not passing {failing[:10]}"
+                    + (f" ({gold.error['message'][:300]})" if gold.error else "") + _causes_note(failing, result))
     if passing_f2p:
         result.fail("passes_without_fix", f"FAIL_TO_PASS passes without the fix: {passing_f2p[:10]}")
     if failing_p2p:
-        result.fail("p2p_fails_at_base", f"PASS_TO_PASS fails at the base commit: {failing_p2p[:10]}")
+        result.fail("p2p_fails_at_base", f"PASS_TO_PASS fails at the base commit: {failing_p2p[:10]}"
+                    + _causes_note(failing_p2p, result))
+    for cause in dict.fromkeys(result.causes.values()):
+        if cause not in result.reasons:
+            result.reasons.append(cause)
     if not task.FAIL_TO_PASS:
         result.fail("no_f2p", "no FAIL_TO_PASS tests")
     result.flaky = sorted(t for t in base.tests if len({r.tests.get(t) for r in baselines}) > 1)
@@ -125,6 +156,16 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
         result.reasons.append("flaky")
     result.duration_s = time.monotonic() - start
     return result
+
+
+def _causes_note(tests: list[str], result: Validation) -> str:
+    """``; causes: needs_network 2 (t1, t2)`` for those of ``tests`` with a cause; empty when none has one."""
+    by_cause: dict[str, list[str]] = {}
+    for test in tests:
+        if test in result.causes:
+            by_cause.setdefault(result.causes[test], []).append(test)
+    return "".join(f"; {cause}: {len(found)} ({', '.join(found[:3])}{', ...' if len(found) > 3 else ''})"
+                   for cause, found in by_cause.items())
 
 
 def validate_tasks(tasks: list[Task], factory_for: Callable[[Task], Callable[[], Sandbox]], workers: int = 2,
@@ -161,3 +202,44 @@ def validate_tasks(tasks: list[Task], factory_for: Callable[[Task], Callable[[],
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         return list(pool.map(one, tasks))
+
+
+DROPPED_FIELD = "repogym_dropped_tests"
+"""The task field that lists the PASS_TO_PASS tests :func:`prune_task` dropped, each with its cause."""
+NOTE_FIELD = "repogym_note"
+"""The task field that says, in words, what :func:`prune_task` changed and why."""
+
+
+def prune_task(task: Task, verdict: dict) -> tuple[Task, dict[str, int]]:
+    """``task`` with a verdict's remedies applied (a ``repogym validate --results`` record): the PASS_TO_PASS tests
+    that fail for a cause outside the patch dropped (listed in :data:`DROPPED_FIELD`), the remedies' ``setup``
+    keys added; a note in :data:`NOTE_FIELD` says what changed. FAIL_TO_PASS tests are never dropped: a task whose
+    FAIL_TO_PASS test has such a cause stays as it is, and invalid. Returns the task and counts of what changed
+    (``dropped``, ``remedied``, ``f2p_broken``)."""
+    causes = verdict.get("causes") or {}
+    remedies = verdict.get("remedies") or {}
+    if not isinstance(causes, dict) or not isinstance(remedies, dict):
+        raise ConfigError(f"{task.instance_id}: expected causes and remedies as objects in the verdict, got "
+                          f"{type(causes).__name__} and {type(remedies).__name__}")
+    counts = {"dropped": 0, "remedied": 0, "f2p_broken": sum(t in causes for t in task.FAIL_TO_PASS)}
+    dropped = {t: causes[t] for t in task.PASS_TO_PASS if causes.get(t) in CAUSES}
+    notes = []
+    if dropped:
+        by_cause = {c: sum(v == c for v in dropped.values()) for c in dict.fromkeys(dropped.values())}
+        notes.append(f"dropped {len(dropped)} PASS_TO_PASS test(s) that fail at the base commit for a cause outside "
+                     f"the patch ({', '.join(f'{c} {n}' for c, n in by_cause.items())}), listed in {DROPPED_FIELD}")
+        counts["dropped"] = len(dropped)
+    setup = dict(task.setup)
+    hidden = sorted(set(remedies.get("hide_vendored") or []) - set(setup.get("hide_vendored") or []))
+    if hidden:
+        setup["hide_vendored"] = sorted(set(setup.get("hide_vendored") or []) | set(hidden))
+        notes.append(f"the image hides pip's vendored copies of {', '.join(hidden)} (they held the fix)")
+        counts["remedied"] = 1
+    if not notes:
+        return task, counts
+    extra = dict(task.extra)
+    if dropped:
+        extra[DROPPED_FIELD] = {**(extra.get(DROPPED_FIELD) or {}), **dropped}
+    extra[NOTE_FIELD] = "; ".join(filter(None, [extra.get(NOTE_FIELD), *notes])) + " (repogym validate's verdict)"
+    return dataclasses.replace(task, PASS_TO_PASS=[t for t in task.PASS_TO_PASS if t not in dropped], setup=setup,
+                               extra=extra), counts

@@ -8,6 +8,19 @@ import``. Environment image: the base plus a non-root ``agent`` user, ``/repo``,
 wheelhouse that ``pip download`` fills on the host for that Python and that installs with ``--no-index``
 inside (containers have no network).
 
+Build toolchain (``setup.toolchain: "build"``): the base image is a variant, ``repogym/base:<release>-build``,
+debootstrapped the same way with :data:`BUILD_PACKAGES` added (gcc, g++, gfortran, make, the image's Python
+headers, pkg-config and the ``-dev`` headers scientific builds link: freetype, libpng, OpenBLAS/LAPACK, zlib), so a
+project with C, C++, Fortran or Cython extensions builds in place (its Cython and numpy come as wheels from
+``setup.pip``). Without the key, images carry no compiler.
+
+Vendored copies (``setup.hide_vendored``: package names, e.g. ``["requests"]``): pip carries copies of
+projects (``pip/_vendor/requests``); a task on such a project would find a later version of it, the fix
+included, in the image. Each named copy is deleted from every pip of the environment and from Debian's
+``/usr/share/python-wheels``, and a stand-in module makes pip import the environment's own copy instead (the
+task's base: the repository, importable when pip runs from it). pip then works only where that copy is
+importable; a task whose install step cannot import it fails its install (``env_build``), saying so.
+
 Every long step (a pull, ``debootstrap``, an import, a build, the wheel downloads) says what it does and then the
 time elapsed at least every 10 s (:func:`repogym.envs.core.ticker.ticking`): on the caller's ``log`` where one is
 given, else on stderr.
@@ -15,6 +28,7 @@ given, else on stderr.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -37,6 +51,12 @@ DEFAULT_PYTHON = "3.11"
 # The Debian release whose python3 is each version: what debootstrap (and the slim images) can give offline.
 DEBIAN_FOR_PYTHON = {"3.9": "bullseye", "3.11": "bookworm", "3.13": "trixie"}
 DEBIAN_PACKAGES = ["python3", "python3-pytest", "python3-pip", "git", "procps", "ca-certificates"]
+BUILD_PACKAGES = ["build-essential", "gfortran", "python3-dev", "pkg-config", "libfreetype-dev", "libpng-dev",
+                  "libopenblas-dev", "liblapack-dev", "zlib1g-dev"]
+"""Debian packages the ``build`` toolchain adds: compilers (C, C++, Fortran), make, the image's Python headers
+(``python3-dev``) and the headers scientific builds link against."""
+TOOLCHAINS = {"build": BUILD_PACKAGES}
+"""``setup.toolchain`` -> the Debian packages its base image adds."""
 ENV_REPO = "repogym/env"
 
 
@@ -49,39 +69,64 @@ def python_of(setup: dict[str, Any] | None) -> str:
     return version
 
 
-def base_image_name(python: str = DEFAULT_PYTHON) -> str:
-    """The base image's tag for a Python version, e.g. ``repogym/base:bookworm`` for 3.11."""
-    return f"repogym/base:{DEBIAN_FOR_PYTHON[python_of({'python': python})]}"
+def toolchain_of(setup: dict[str, Any] | None) -> str | None:
+    """The build toolchain a task setup asks for (``setup.toolchain``), checked; None for none."""
+    toolchain = (setup or {}).get("toolchain")
+    if toolchain is not None and toolchain not in TOOLCHAINS:
+        raise ConfigError(f"setup.toolchain: expected one of {sorted(TOOLCHAINS)} or none, got {toolchain!r}")
+    return toolchain
+
+
+def hidden_vendored(setup: dict[str, Any] | None) -> list[str]:
+    """``setup.hide_vendored``, checked: the packages whose copies in pip's ``_vendor`` the image deletes."""
+    names = (setup or {}).get("hide_vendored") or []
+    if isinstance(names, str) or not isinstance(names, list) or not all(
+            isinstance(n, str) and n.isidentifier() for n in names):
+        raise ConfigError(f"setup.hide_vendored: expected a list of package names like ['requests'], got {names!r:.80}")
+    return sorted(set(names))
+
+
+def base_image_name(python: str = DEFAULT_PYTHON, toolchain: str | None = None) -> str:
+    """The base image's tag for a Python version (and toolchain), e.g. ``repogym/base:bookworm`` for 3.11,
+    ``repogym/base:bullseye-build`` for 3.9 with the build toolchain."""
+    release = DEBIAN_FOR_PYTHON[python_of({"python": python})]
+    return f"repogym/base:{release}" + (f"-{toolchain_of({'toolchain': toolchain})}" if toolchain else "")
 
 
 BASE_IMAGE = base_image_name()
 
 
-def base_image_exists(client=None, python: str = DEFAULT_PYTHON) -> bool:
-    """Whether the base image for ``python`` is present."""
+def base_image_of(setup: dict[str, Any] | None) -> str:
+    """The base image a task setup builds on (its Python, its toolchain)."""
+    return base_image_name(python_of(setup), toolchain_of(setup))
+
+
+def base_image_exists(client=None, python: str = DEFAULT_PYTHON, toolchain: str | None = None) -> bool:
+    """Whether the base image for ``python`` (and ``toolchain``) is present."""
     import docker
     client = client or docker_client()
     try:
-        client.images.get(base_image_name(python))
+        client.images.get(base_image_name(python, toolchain))
         return True
     except docker.errors.ImageNotFound:
         return False
 
 
 def build_base_image(*, force: bool = False, pull: bool = True, log: Callable[[str], Any] = print,
-                     python: str = DEFAULT_PYTHON) -> str:
-    """Make the base image for ``python``: pull an official python image where a registry answers, else debootstrap."""
+                     python: str = DEFAULT_PYTHON, toolchain: str | None = None) -> str:
+    """Make the base image for ``python`` (with ``toolchain``'s packages): pull an official python image where a
+    registry answers, else debootstrap."""
     client = docker_client()
-    name = base_image_name(python)
-    if not force and base_image_exists(client, python):
+    name = base_image_name(python, toolchain)
+    if not force and base_image_exists(client, python, toolchain):
         log(f"{name} already present")
         return name
-    if pull and _try_pull(client, log, python):
+    if pull and _try_pull(client, log, python, toolchain):
         return name
-    return _debootstrap_import(client, log, python)
+    return _debootstrap_import(client, log, python, toolchain)
 
 
-def _try_pull(client, log, python: str) -> bool:
+def _try_pull(client, log, python: str, toolchain: str | None = None) -> bool:
     import docker
     name, tag = "python", f"{python}-slim-{DEBIAN_FOR_PYTHON[python]}"
     try:
@@ -90,34 +135,39 @@ def _try_pull(client, log, python: str) -> bool:
     except (docker.errors.APIError, docker.errors.DockerException, OSError) as exc:
         log(f"no registry answered for {name}:{tag} ({str(exc).splitlines()[0][:120]}); building offline")
         return False
+    # The official image's Python has its own headers: Debian's python3-dev would be another Python's.
+    extra = [p for p in TOOLCHAINS[toolchain] if p != "python3-dev"] if toolchain else []
     dockerfile = (f"FROM {name}:{tag}\nRUN apt-get update && apt-get install -y --no-install-recommends git procps "
-                  "&& rm -rf /var/lib/apt/lists/* && pip install --no-cache-dir pytest\n"
+                  + " ".join(extra) + " && rm -rf /var/lib/apt/lists/* && pip install --no-cache-dir pytest\n"
                   "RUN ln -sf /usr/local/bin/python3 /usr/bin/python3 || true\n")
-    _build(client, dockerfile, {}, base_image_name(python), network=True, log=log)
-    log(f"built {base_image_name(python)} from {name}:{tag}")
+    _build(client, dockerfile, {}, base_image_name(python, toolchain), network=True, log=log)
+    log(f"built {base_image_name(python, toolchain)} from {name}:{tag}")
     return True
 
 
-def _debootstrap_import(client, log, python: str) -> str:
+def _debootstrap_import(client, log, python: str, toolchain: str | None = None) -> str:
     if shutil.which("debootstrap") is None:
         raise SandboxError("sandbox.images", "no registry answered and debootstrap is missing: apt-get install debootstrap")
     with tempfile.TemporaryDirectory(prefix="repogym-rootfs-") as tmp:
         rootfs, archive = Path(tmp) / "rootfs", Path(tmp) / "rootfs.tar"
-        release = DEBIAN_FOR_PYTHON[python]
-        with ticking(f"debootstrap {release} for Python {python} (about a minute)", log):
-            proc = subprocess.run(["debootstrap", "--variant=minbase", "--include=" + ",".join(DEBIAN_PACKAGES),
+        release, name = DEBIAN_FOR_PYTHON[python], base_image_name(python, toolchain)
+        packages = DEBIAN_PACKAGES + (TOOLCHAINS[toolchain] if toolchain else [])
+        how_long = "a few minutes: compilers and headers" if toolchain else "about a minute"
+        with ticking(f"debootstrap {release} for Python {python}{' with the ' + toolchain + ' toolchain' if toolchain else ''} "
+                     f"({how_long})", log):
+            proc = subprocess.run(["debootstrap", "--variant=minbase", "--include=" + ",".join(packages),
                                    release, str(rootfs)], capture_output=True, text=True)
         if proc.returncode != 0:
             raise SandboxError("sandbox.images", f"debootstrap failed: {proc.stdout[-800:]}{proc.stderr[-800:]}")
         subprocess.run(["rm", "-rf", str(rootfs / "var/cache/apt/archives"), str(rootfs / "var/lib/apt/lists")])
-        repo, tag = base_image_name(python).split(":")
-        with ticking(f"importing the root file system as {base_image_name(python)}", log):
+        repo, tag = name.split(":")
+        with ticking(f"importing the root file system as {name}", log):
             subprocess.run(["tar", "-C", str(rootfs), "-cf", str(archive), "."], check=True)
             client.api.import_image(src=str(archive), repository=repo, tag=tag,
                                     changes=["ENV PATH=/usr/local/bin:/usr/bin:/bin", "ENV LANG=C.UTF-8",
                                              'CMD ["/bin/bash"]'])
-    log(f"imported {base_image_name(python)}")
-    return base_image_name(python)
+    log(f"imported {name}")
+    return name
 
 
 def _files_hash(folder: Path) -> str:
@@ -127,9 +177,43 @@ def _files_hash(folder: Path) -> str:
     return digest.hexdigest()
 
 
+# The stand-in for a deleted vendored copy: pip imports the environment's own copy under the vendored name.
+_VENDOR_STAND_IN = """\
+# repogym: pip's copy of NAME was removed (it could hold a later version of a task's project, the fix included);
+# the environment's own copy (the task's base) stands in.
+import importlib
+import sys
+
+_real = importlib.import_module("NAME")
+for _key, _module in list(sys.modules.items()):
+    if _key == "NAME" or _key.startswith("NAME."):
+        sys.modules["pip._vendor." + _key] = _module
+sys.modules[__name__] = _real
+"""
+
+_HIDE_VENDORED = """\
+import glob, os, shutil, sys
+for vendor in glob.glob("/usr/**/pip/_vendor", recursive=True):
+    for name in sys.argv[1:]:
+        path = os.path.join(vendor, name)
+        if os.path.isdir(path) or os.path.isfile(path + ".py"):
+            shutil.rmtree(path, ignore_errors=True)
+            if os.path.isfile(path + ".py"):
+                os.remove(path + ".py")
+            os.makedirs(path)
+            with open(os.path.join(path, "__init__.py"), "w") as fh:
+                fh.write(STAND_IN.replace("NAME", name))
+            print("hid", path)
+for name in sys.argv[1:]:
+    for wheel in glob.glob("/usr/share/python-wheels/%s-*.whl" % name):
+        os.remove(wheel)
+        print("hid", wheel)
+"""
+
+
 def env_dockerfile(setup: dict[str, Any]) -> str:
     """The Dockerfile of the environment image for a task setup."""
-    lines = [f"FROM {base_image_name(python_of(setup))}",
+    lines = [f"FROM {base_image_of(setup)}",
              # Written by hand: minbase Debian has no useradd.
              "RUN echo 'agent:x:1000:1000::/home/agent:/bin/bash' >> /etc/passwd && echo 'agent:x:1000:' >> /etc/group"
              " && mkdir -p /repo /opt/repogym /home/agent && chown 1000:1000 /repo /home/agent",
@@ -141,6 +225,10 @@ def env_dockerfile(setup: dict[str, Any]) -> str:
         lines += ["COPY wheels/ /tmp/wheels/",
                   "RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-index --find-links /tmp/wheels "
                   + " ".join(f"'{p}'" for p in requirements) + " && rm -rf /tmp/wheels"]
+    hidden = hidden_vendored(setup)
+    if hidden:  # after the installs: they need pip whole. In base64: a Dockerfile instruction is one line.
+        script = base64.b64encode(f"STAND_IN = {_VENDOR_STAND_IN!r}\n{_HIDE_VENDORED}".encode()).decode()
+        lines += [f"RUN python3 -c \"import base64; exec(base64.b64decode('{script}'))\" " + " ".join(hidden)]
     if install_steps(setup):
         hook = install_hook(REPO_DIR)
         lines += ["RUN python3 -c " + shlex.quote(f"import os, site; d = site.getsitepackages()[0]; "
@@ -159,7 +247,7 @@ def env_image_tag(setup: dict[str, Any], base_id: str) -> str:
 
 def docker_image_tag_for(setup: dict[str, Any]) -> str:
     """The environment image tag ``setup`` maps to, given the current base image."""
-    return env_image_tag(setup, docker_client().images.get(base_image_name(python_of(setup))).id)
+    return env_image_tag(setup, docker_client().images.get(base_image_of(setup)).id)
 
 
 def ensure_env_image(setup: dict[str, Any] | None = None, *, log: Callable[[str], Any] | None = None) -> str:
@@ -168,15 +256,15 @@ def ensure_env_image(setup: dict[str, Any] | None = None, *, log: Callable[[str]
     ``log``: where to say what is built; without one, only the progress of a build shows (on stderr)."""
     import docker
     setup = setup or {}
-    python = python_of(setup)
+    python, toolchain = python_of(setup), toolchain_of(setup)
     client = docker_client()
     note = log or (lambda m: None)
-    if python != DEFAULT_PYTHON and not base_image_exists(client, python):
-        build_base_image(python=python, log=log or to_stderr)  # minutes: the user hears of it
+    if (python != DEFAULT_PYTHON or toolchain) and not base_image_exists(client, python, toolchain):
+        build_base_image(python=python, toolchain=toolchain, log=log or to_stderr)  # minutes: the user hears of it
     try:
-        base = client.images.get(base_image_name(python))
+        base = client.images.get(base_image_name(python, toolchain))
     except docker.errors.ImageNotFound:
-        raise SandboxError("sandbox.images", f"base image {base_image_name(python)} is missing: run "
+        raise SandboxError("sandbox.images", f"base image {base_image_name(python, toolchain)} is missing: run "
                                              "`repogym images build`") from None
     tag = env_image_tag(setup, base.id)
     try:

@@ -14,6 +14,11 @@ def add_parser(sub) -> None:
                                         "debootstrap) and the default environment image; prints the latter's tag.")
     build.add_argument("--force", action="store_true", help="rebuild the base image even if present")
     build.add_argument("--no-pull", action="store_true", help="do not try a registry; build offline")
+    build.add_argument("--python", default=None, metavar="VERSION",
+                       help="the base image of this Python (3.9, 3.11, 3.13; default 3.11)")
+    build.add_argument("--toolchain", choices=["build"], default=None,
+                       help="build: the base variant with compilers and headers (gcc, g++, gfortran, python3-dev, "
+                            "freetype, libpng, OpenBLAS), what setup.toolchain asks for")
     build.set_defaults(func=run_build)
     ls = isub.add_parser("list", help="list repogym images",
                          description="List the repogym/ images: tag, short id and size.")
@@ -33,9 +38,11 @@ def add_parser(sub) -> None:
 
 
 def run_build(args) -> int:
-    from repogym.envs.sandbox.images import build_base_image, ensure_env_image
-    build_base_image(force=args.force, pull=not args.no_pull)
-    print(ensure_env_image({}, log=print))
+    from repogym.envs.sandbox.images import DEFAULT_PYTHON, build_base_image, ensure_env_image, python_of
+    python = python_of({"python": args.python or DEFAULT_PYTHON})  # checked before minutes of building
+    build_base_image(force=args.force, pull=not args.no_pull, python=python, toolchain=args.toolchain)
+    setup = {**({"python": python} if args.python else {}), **({"toolchain": args.toolchain} if args.toolchain else {})}
+    print(ensure_env_image(setup, log=print))
     return 0
 
 

@@ -75,6 +75,11 @@ def add_parser(sub) -> None:
     imp.add_argument("--mirrors", default=None, metavar="DIR",
                      help="a folder of git repositories named OWNER__NAME: check that each task's repo and base "
                           "commit are there (REPOGYM_MIRRORS for later commands)")
+    imp.add_argument("--drop-broken-tests", default=None, metavar="RESULTS",
+                     help="apply a `repogym validate --results` file of an earlier import: drop the PASS_TO_PASS tests "
+                          "it found failing for a cause outside the patch (needs_network, missing_dependency), and "
+                          "hide the leaking vendored copies it found (setup.hide_vendored), with a note in each task "
+                          "changed; FAIL_TO_PASS tests are never dropped")
     imp.add_argument("--skip-invalid", action="store_true",
                      help="skip rows that do not convert, counting them by field, instead of stopping at the first")
     imp.set_defaults(func=run_import)
@@ -215,6 +220,7 @@ def run_import(args) -> int:
     if args.mirrors and not Path(args.mirrors).is_dir():  # checked before the dataset is read, not after
         raise ConfigError(f"expected --mirrors to be a folder of git repositories, got {args.mirrors!r}: no such "
                           f"folder")
+    verdicts = _read_verdicts(args.drop_broken_tests) if args.drop_broken_tests else None
     shown = []  # the bar is drawn only for files long enough to wait on
 
     def progress(rows: int, total: int) -> None:
@@ -229,6 +235,8 @@ def run_import(args) -> int:
     finally:
         if shown:
             sys.stderr.write("\n")
+    if verdicts is not None:
+        tasks = _drop_broken_tests(tasks, verdicts, args.drop_broken_tests)
     save_tasks(tasks, args.out)
     counts = Counter(t.extra.get("dataset", "repogym") for t in tasks)
     print(f"imported {len(tasks)} tasks from {args.file}: "
@@ -243,6 +251,52 @@ def run_import(args) -> int:
         _check_mirrors(tasks, args.mirrors)
     print(f"wrote {args.out}")
     return 0 if tasks else 1
+
+
+def _read_verdicts(path: str) -> dict[str, dict]:
+    """The verdicts of a ``repogym validate --results`` file, by task id; a missing or empty file is an error."""
+    from pathlib import Path
+
+    from repogym.cli.validate import read_results
+    from repogym.envs.core.errors import ConfigError
+    if not Path(path).is_file():
+        raise ConfigError(f"expected --drop-broken-tests to name a `repogym validate --results` file, got {path!r}: "
+                          "no such file")
+    verdicts = read_results(path)
+    if not verdicts:
+        raise ConfigError(f"--drop-broken-tests: {path} holds no verdict (expected the JSONL that `repogym validate "
+                          "--results` writes)")
+    return verdicts
+
+
+def _drop_broken_tests(tasks, verdicts: dict[str, dict], path: str) -> list:
+    """The tasks with their verdicts' remedies applied (:func:`repogym.envs.rewards.validate.prune_task`), and a
+    summary of what changed."""
+    from collections import Counter
+
+    from repogym.envs.rewards.validate import prune_task
+    totals, changed, pruned, causes = Counter(), 0, [], Counter()
+    for task in tasks:
+        verdict = verdicts.get(task.instance_id)
+        if verdict is None:
+            pruned.append(task)
+            continue
+        new, counts = prune_task(task, verdict)
+        totals.update(counts)
+        changed += new is not task
+        causes.update(c for t, c in (verdict.get("causes") or {}).items() if t in task.PASS_TO_PASS)
+        pruned.append(new)
+    matched = sum(t.instance_id in verdicts for t in tasks)
+    print(f"--drop-broken-tests: {matched} of {len(tasks)} tasks have a verdict in {path}; {changed} changed: "
+          f"{totals['dropped']} PASS_TO_PASS test(s) dropped"
+          + (f" ({_by_reason(causes)})" if causes else "")
+          + f", {totals['remedied']} image(s) hiding a vendored copy")
+    broken = [t.instance_id for t in tasks if verdicts.get(t.instance_id) and any(
+        x in (verdicts[t.instance_id].get("causes") or {}) for x in t.FAIL_TO_PASS)]
+    if broken:
+        print(f"  {len(broken)} task(s) keep a FAIL_TO_PASS test that fails for a cause outside the patch (never "
+              f"dropped; still invalid): {', '.join(broken[:5])}")
+    return pruned
 
 
 def _check_mirrors(tasks, mirrors: str) -> None:

@@ -26,7 +26,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--workers", type=int, default=2, help="tasks validated at once (default 2)")
     parser.add_argument("--results", default=None, metavar="FILE",
                         help="append each verdict to this JSONL file as it lands, and skip the tasks it already "
-                             "holds (resume a long run; the summary counts them)")
+                             "holds (resume a long run; the summary counts them); the tests failing for a cause "
+                             "outside the patch and the leaks' remedies are in it, for `repogym tasks import "
+                             "--drop-broken-tests FILE`")
     parser.set_defaults(func=run)
 
 
@@ -51,7 +53,7 @@ def run(args) -> int:
     tasks = load_tasks(args.tasks) if args.tasks else load_suite(args.suite or "builtin")
     if args.task:
         tasks = select_tasks(tasks, args.task, args.tasks or args.suite or "builtin")
-    done = _read_results(args.results) if args.results else {}
+    done = read_results(args.results) if args.results else {}
     if args.results and os.path.exists(args.results) and os.path.getsize(args.results):
         with open(args.results, "rb+") as fh:  # end a torn last line, so the next verdict starts a line
             fh.seek(-1, os.SEEK_END)
@@ -76,7 +78,8 @@ def run(args) -> int:
         with lock:
             done[v.instance_id] = {"instance_id": v.instance_id, "ok": v.ok, "reasons": v.reasons,
                                    "problems": v.problems, "infra_errors": v.infra_errors,
-                                   "fail_to_pass": v.fail_to_pass, "unprotected": v.unprotected}
+                                   "fail_to_pass": v.fail_to_pass, "unprotected": v.unprotected,
+                                   "causes": v.causes, "remedies": v.remedies}
             if args.results:
                 with open(args.results, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(done[v.instance_id]) + "\n")
@@ -84,7 +87,8 @@ def run(args) -> int:
             twinned = f"twins {v.fail_to_pass - len(v.unprotected)}/{v.fail_to_pass} F2P, " if v.fail_to_pass else ""
             print(f"[{len(done)}/{total}] {mark} {v.instance_id} ({twinned}{v.duration_s:.1f}s)", flush=True)
             for line in v.problems + [f"flaky: {t}" for t in v.flaky] + v.infra_errors + [
-                    f"no twin (unprotected): {t}" for t in v.unprotected]:
+                    f"no twin (unprotected): {t}" for t in v.unprotected] + [
+                    f"remedy: setup.{k} = {json.dumps(x)}" for k, x in v.remedies.items()]:
                 print(f"     {line}", flush=True)
 
     skipped = f" ({total - len(tasks)} already in {args.results})" if total > len(tasks) else ""
@@ -110,7 +114,7 @@ def twin_share(results) -> str:
             f"twin; {bare} unprotected in {tasks} task(s)")
 
 
-def _read_results(path: str) -> dict[str, dict]:
+def read_results(path: str) -> dict[str, dict]:
     """The verdicts already in a results file (a torn last line, from a killed run, is ignored)."""
     found: dict[str, dict] = {}
     if not os.path.exists(path):  # a first run: nothing validated yet
