@@ -28,7 +28,11 @@ kind                   the row has                                             c
 
 A SWE-bench row (any kind read as SWE-bench) whose ``repo`` and ``version`` the built-in table knows
 (:mod:`repogym.envs.tasks.swebench_envs`) gets that environment as its ``setup`` and ``test_command``, the dataset's
-image name kept in ``dataset_image`` (``environments="images"`` turns this off). Every other converted task gets
+image name kept in ``dataset_image`` (``environments="images"`` turns this off). A row the table does not know,
+whose repository has a mirror (``REPOGYM_MIRRORS``), gets the environment inferred from the repository at its base
+commit (:mod:`repogym.envs.tasks.infer_env`), with ``setup_inferred`` saying which file decided what (``environments=
+"infer"`` infers every row, the table off, cloning repositories without a mirror; a row it cannot serve keeps its
+image and ``setup_inferred["failed"]`` says why). Every other converted task gets
 ``setup["workdir"] = "/testbed"`` (where all these images keep the repository) and ``setup["image"]`` (the row's
 ``image_name`` / ``docker_image``, else the dataset's naming convention, else nothing). No task gets a
 ``setup["source"]``: the ``repo`` resolves through ``REPOGYM_MIRRORS`` or a cached clone.
@@ -43,15 +47,20 @@ the repository loaded at ``setup.workdir`` (docs/datasets.md, "Prebuilt images")
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import re
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from repogym.envs.core.errors import ConfigError, TaskFileError
+from repogym.envs.core.errors import ConfigError, InfraError, TaskFileError
+from repogym.envs.core.paths import cache_dir
+from repogym.envs.tasks.infer_env import Inference, infer_for_repo
 from repogym.envs.tasks.patches import new_files_patch, reverse_patch
+from repogym.envs.tasks.pypi import PyPI
+from repogym.envs.tasks.repos import find_mirror
 from repogym.envs.tasks.schema import Task, test_list
-from repogym.envs.tasks.swebench_envs import swebench_setup
+from repogym.envs.tasks.swebench_envs import UNSUPPORTED, swebench_setup
 
 DATASET_KINDS = ("repogym", "swe-bench", "swe-bench-verified", "swe-gym", "swe-rebench", "swe-smith", "r2e-gym")
 """The kinds :func:`load_dataset` reads; ``dataset=`` takes one of these."""
@@ -66,8 +75,9 @@ R2E_GYM_REPOS = {
     "scrapy": "scrapy/scrapy", "sympy": "sympy/sympy", "tornado": "tornadoweb/tornado",
 }
 """R2E-Gym's ``repo_name`` -> GitHub ``owner/name`` (the clones in its ``base_dockerfiles/``)."""
-ENVIRONMENT_CHOICES = ("builtin", "images")
-"""Where converted SWE-bench rows get their environment: the built-in table where it knows them, or images."""
+ENVIRONMENT_CHOICES = ("builtin", "infer", "images")
+"""Where converted SWE-bench rows get their environment: the built-in table where it knows them, else inference
+from a mirror of the repository (``builtin``); inference alone, the table off (``infer``); or images."""
 PROGRESS_EVERY = 200
 """Rows between two calls of the progress callback."""
 
@@ -81,8 +91,10 @@ def load_dataset(path: str | Path, *, dataset: str | None = None, limit: int | N
     """Read a dataset file into tasks (the first ``limit`` rows if given); ``dataset`` forces the row kind.
 
     ``environments``: ``builtin`` gives a SWE-bench row whose repo and version the built-in table knows
-    (:mod:`repogym.envs.tasks.swebench_envs`) that environment, and every other row its dataset's image;
-    ``images`` gives every row its dataset's image. ``on_error``: a row that does not convert (or repeats an id)
+    (:mod:`repogym.envs.tasks.swebench_envs`) that environment, a row whose repository has a mirror in
+    ``REPOGYM_MIRRORS`` an inferred one (:mod:`repogym.envs.tasks.infer_env`), and every other row its dataset's
+    image; ``infer`` infers every SWE-bench row's environment (the table off; a repository without a mirror is
+    cloned), keeping the image of a row it cannot serve; ``images`` gives every row its dataset's image. ``on_error``: a row that does not convert (or repeats an id)
     is passed to it and skipped, instead of stopping the load."""
     if dataset is not None and dataset not in DATASET_KINDS:
         raise ConfigError(f"unknown dataset kind {dataset!r}; expected one of {', '.join(DATASET_KINDS)}")
@@ -157,7 +169,7 @@ def convert_row(row: Any, *, dataset: str | None = None, path: str = "<row>", li
     elif kind == "swe-smith":
         record = _swe_smith(row, fail)
     else:
-        record = _swe_bench(row, kind, fail, builtin=environments == "builtin")
+        record = _swe_bench(row, kind, fail, environments=environments)
     return Task.from_dict(record, path=path, line=line)
 
 
@@ -238,15 +250,47 @@ def _plain(value: Any) -> Any:
 # --- SWE-bench, SWE-bench Verified, SWE-Gym, SWE-rebench -------------------------------------------------
 
 def _swe_bench(row: dict[str, Any], kind: str, fail: Callable[[str, str], TaskFileError], *,
-               builtin: bool) -> dict[str, Any]:
+               environments: str) -> dict[str, Any]:
     instance_id, repo = _need(row, "instance_id", fail), _need(row, "repo", fail)
     image = _row_image(row) or _conventional_image(kind, instance_id)
-    known = swebench_setup(repo, str(row.get("version") or "")) if builtin else None
-    if known is None:
-        return {**row, "setup": _setup(repo, image), "dataset": kind}
-    test_command = known.pop("test_command")
-    return {**row, "setup": known, "test_command": test_command, "dataset": kind,
-            **({"dataset_image": image} if image else {})}
+    known = swebench_setup(repo, str(row.get("version") or "")) if environments == "builtin" else None
+    kept = {"dataset_image": image} if image else {}
+    if known is not None:
+        test_command = known.pop("test_command")
+        return {**row, "setup": known, "test_command": test_command, "dataset": kind, **kept}
+    if environments != "images" and isinstance(row.get("base_commit"), str) and row["base_commit"].strip():
+        inferred = _infer(repo, row["base_commit"], must=environments == "infer")
+        if isinstance(inferred, Inference):
+            return {**row, "setup": inferred.setup, "test_command": inferred.test_command,
+                    "setup_inferred": inferred.provenance, "dataset": kind, **kept}
+        if inferred:
+            return {**row, "setup": _setup(repo, image), "dataset": kind, "setup_inferred": {"failed": inferred}}
+    return {**row, "setup": _setup(repo, image), "dataset": kind}
+
+
+def _infer(repo: str, commit: str, *, must: bool) -> Inference | str:
+    """The inferred environment of ``repo`` at ``commit``, or why there is none ('' when not tried: ``builtin``
+    infers only what a mirror holds, never cloning, and leaves the table's unsupported repositories their image)."""
+    if not must:
+        try:
+            if repo in UNSUPPORTED or find_mirror(repo) is None:
+                return ""
+        except ConfigError as exc:  # REPOGYM_MIRRORS names no folder, or the repo name is not owner/name
+            return f"no mirror read: {exc}"
+    try:
+        return infer_for_repo(repo, commit, pypi=_pypi())
+    except (ConfigError, InfraError) as exc:  # the commit is not in the mirror, the clone failed
+        return f"inference failed: {exc}"
+
+
+@functools.lru_cache(maxsize=4)
+def _pypi_for(cache: str) -> PyPI:
+    return PyPI(cache=Path(cache))
+
+
+def _pypi() -> PyPI:
+    """One PyPI client per cache folder, so rows of one load share its answers in memory too."""
+    return _pypi_for(str(cache_dir() / "pypi"))
 
 
 def _conventional_image(kind: str, instance_id: str) -> str | None:
