@@ -1,0 +1,269 @@
+"""Environment inference (envs/tasks/infer_env.py, envs/tasks/pypi.py) on tiny git repositories made here, with
+PyPI's answers faked at the HTTP boundary (``PyPI(fetch=...)``)."""
+
+import datetime
+import json
+import subprocess
+
+import pytest
+
+from repogym.envs.core.errors import InfraError
+from repogym.envs.tasks.datasets import convert_row
+from repogym.envs.tasks.infer_env import PYTEST, files_from_git, infer, infer_for_repo
+from repogym.envs.tasks.pypi import PyPI, pick_release, supported_tags, wheel_fits
+from repogym.envs.tasks.swebench_envs import EDITABLE
+
+FILES = "https://files.example/packages"
+
+
+def release(name, version, when, *, tag="py3-none-any", requires=(), requires_python=None):
+    """One release of a fake PyPI: a wheel uploaded at ``when`` (ISO date) needing ``requires``."""
+    return name, version, when, tag, list(requires), requires_python
+
+
+class FakeIndex:
+    """PyPI's JSON API and PEP 658 metadata for a few releases; counts the requests."""
+
+    def __init__(self, *releases, down=False):
+        self.projects, self.metadata, self.requests, self.down = {}, {}, [], down
+        for name, version, when, tag, requires, requires_python in releases:
+            filename = f"{name.replace('-', '_')}-{version}-{tag}.whl"
+            url = f"{FILES}/{filename}"
+            files = self.projects.setdefault(name, {"info": {"name": name}, "releases": {}})["releases"]
+            files.setdefault(version, []).append({
+                "filename": filename, "url": url, "packagetype": "bdist_wheel", "yanked": False,
+                "upload_time_iso_8601": f"{when}T12:00:00.000000Z", "requires_python": requires_python})
+            self.metadata[url + ".metadata"] = "".join(
+                [f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"]
+                + [f"Requires-Dist: {r}\n" for r in requires]).encode()
+
+    def __call__(self, url):
+        self.requests.append(url)
+        if self.down:
+            raise InfraError("tasks.pypi", f"{url}: cannot reach the index (no network)")
+        if url.endswith("/json"):
+            project = self.projects.get(url.rsplit("/", 2)[-2])
+            return json.dumps(project).encode() if project else None
+        return self.metadata.get(url)
+
+
+def commit_repo(path, files, date="2023-03-11T12:00:00+00:00"):
+    """A git repository at ``path`` holding ``files`` in one commit made at ``date``; its id."""
+    path.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    env = {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(path), "PATH": "/usr/bin:/bin"}
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "base"]):
+        subprocess.run(["git", "-C", str(path), *args], check=True, env=env, capture_output=True)
+    return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def inferred(tmp_path, files, index, date="2023-03-11T12:00:00+00:00"):
+    repo = tmp_path / "repo"
+    commit = commit_repo(repo, files, date)
+    return infer(files_from_git(repo, commit), pypi=PyPI(fetch=index, cache=tmp_path / "pypi"))
+
+
+# The releases every inferred environment asks for: pytest (the runner) and the install step's build tools.
+TOOLS = (release("pytest", "6.2.5", "2021-08-30"), release("pytest", "7.2.2", "2023-03-03"),
+         release("pytest", "7.4.0", "2023-06-23"), release("pytest", "8.2.0", "2024-04-27"),
+         release("setuptools", "67.6.0", "2023-03-09"), release("setuptools", "70.0.0", "2024-05-21"),
+         release("setuptools", "75.0.0", "2024-09-15"),
+         release("wheel", "0.38.4", "2022-11-09"), release("wheel", "0.43.0", "2024-03-11"))
+
+PYPROJECT = """
+[build-system]
+requires = ["flit_core<4"]
+build-backend = "flit_core.buildapi"
+
+[project]
+name = "tinyproj"
+requires-python = ">=3.8"
+dependencies = ["click>=8.0", "colorama; platform_system == 'Windows'", "tinyproj-plugin"]
+classifiers = ["Programming Language :: Python :: 3.9", "Programming Language :: Python :: 3.12"]
+
+[project.optional-dependencies]
+test = ["freezegun"]
+docs = ["sphinx"]
+
+[tool.pytest.ini_options]
+testpaths = ["tests"]
+"""
+
+
+def test_pyproject_project_pinned_as_of_its_commit(tmp_path):
+    index = FakeIndex(*TOOLS,
+                      release("click", "8.1.3", "2022-04-28"), release("click", "8.1.7", "2023-08-17"),
+                      release("click", "9.0.0", "2022-01-01", requires_python=">=3.12"),  # not for 3.11
+                      release("freezegun", "1.2.2", "2022-08-01", requires=["python-dateutil>=2.7"]),
+                      release("python-dateutil", "2.8.2", "2021-07-08"),
+                      release("flit-core", "3.8.0", "2022-11-13"), release("flit-core", "4.0.0", "2023-01-01"),
+                      release("sphinx", "6.1.0", "2023-01-01"))
+    result = inferred(tmp_path, {"pyproject.toml": PYPROJECT, "tinyproj/__init__.py": ""}, index,
+                      date="2024-05-01T00:00:00+00:00")
+    # 3.11: allowed by requires-python, listed up to 3.12 and out long enough; 3.13 came out after the commit.
+    assert result.setup["python"] == "3.11"
+    assert result.setup["pip"] == ["click==8.1.7", "flit-core==3.8.0", "freezegun==1.2.2", "pytest==8.2.0",
+                                   "python-dateutil==2.8.2", "setuptools==67.6.0", "wheel==0.43.0"]
+    assert result.setup["install"] == EDITABLE and result.test_command == PYTEST
+    why = result.provenance
+    assert "pyproject.toml requires-python '>=3.8'" in why["python"] and "classifiers up to 3.12" in why["python"]
+    assert "pyproject.toml optional-dependencies.test" in why["requirements"]
+    assert "freezegun==1.2.2" in why["pins"]["python-dateutil"]  # who asked for it
+    assert why["runner"].startswith("pytest (pyproject.toml [tool.pytest.ini_options])")
+    assert any("tinyproj-plugin: not on PyPI" in note for note in why["notes"])
+    assert not any("sphinx" in pin for pin in result.setup["pip"]) and "colorama" not in str(result.setup["pip"])
+
+
+def test_setup_py_is_read_never_run_and_an_old_commit_gets_the_oldest_python(tmp_path):
+    setup_py = """
+import sys
+open("RAN", "w").write("setup.py was executed")
+REQUIRES = ["six>=1.0"] + ["chardet"]
+EXTRAS = dict(tests=["mock"], docs=["sphinx"])
+setup(name="oldproj", install_requires=REQUIRES, extras_require=EXTRAS, python_requires=">=2.7",
+      classifiers=["Programming Language :: Python :: 2.7", "Programming Language :: Python :: 3.4"],
+      ext_modules=[Extension("oldproj._speedups", ["oldproj/_speedups.c"])])
+"""
+    index = FakeIndex(*TOOLS,
+                      release("six", "1.9.0", "2015-01-02", tag="py2.py3-none-any"),
+                      release("six", "1.16.0", "2021-05-05"),
+                      release("chardet", "2.3.0", "2014-10-07", tag="py2-none-any"),  # no wheel for Python 3
+                      release("chardet", "3.0.4", "2017-06-08", tag="py2.py3-none-any"),
+                      release("chardet", "4.0.0", "2020-12-10", tag="py2.py3-none-any"),
+                      release("mock", "2.0.0", "2016-04-06", tag="py2.py3-none-any", requires=["pbr>=0.11"]),
+                      release("pbr", "1.0.0", "2015-06-01"), release("pbr", "5.4.0", "2019-06-01"))
+    result = inferred(tmp_path, {"setup.py": setup_py, "oldproj/__init__.py": ""}, index,
+                      date="2015-06-01T00:00:00+00:00")
+    assert not (tmp_path / "repo" / "RAN").exists()
+    assert result.setup["python"] == "3.9"  # the oldest image Python: the commit predates them all
+    pins = result.setup["pip"]
+    assert "six==1.9.0" in pins  # the newest before the commit
+    # No chardet before the commit has a Python 3 wheel: the first after it that has one.
+    assert "chardet==3.0.4" in pins and "first after the date" in result.provenance["pins"]["chardet"]
+    # pytest is held at the harness's floor, and its own requirements would be pinned as of its upload.
+    assert "pytest==6.2.5" in pins and "mock==2.0.0" in pins and "pbr==1.0.0" in pins
+    assert not any(p.startswith("sphinx") for p in pins)
+    assert "setup.py ext_modules" in result.provenance["extensions"]
+    assert result.provenance["python"].startswith("3.9: setup.py python_requires '>=2.7'; setup.py classifiers")
+
+
+def test_a_pin_from_after_the_commit_pins_its_own_requirements_as_of_its_upload(tmp_path):
+    index = FakeIndex(*TOOLS,
+                      release("tool", "1.0", "2013-01-01", tag="py2-none-any"),
+                      release("tool", "2.0", "2020-01-01", requires=["dep"]),
+                      release("dep", "0.1", "2013-06-01"), release("dep", "1.5", "2019-06-01"),
+                      release("dep", "2.0", "2022-01-01"))
+    result = inferred(tmp_path, {"setup.cfg": "[metadata]\nname = p\n[options]\ninstall_requires =\n    tool\n"},
+                      index, date="2014-01-01T00:00:00+00:00")
+    assert "tool==2.0" in result.setup["pip"]
+    assert "dep==1.5" in result.setup["pip"]  # as of tool 2.0's upload (2020), not the commit's (2014)
+
+
+def test_setup_cfg_and_requirement_files_about_tests(tmp_path):
+    files = {
+        "setup.cfg": "[metadata]\nname = cfgproj\nclassifiers =\n    Programming Language :: Python :: 3.10\n"
+                     "[options]\npython_requires = >=3.7\ninstall_requires =\n    attrs>=20\n"
+                     "[options.extras_require]\ntesting =\n    hypothesis\n[tool:pytest]\naddopts = -q\n",
+        "setup.py": "from setuptools import setup\nsetup()\n",
+        "requirements/tests.txt": "-r base.txt\npytest-mock==3.10.0  # via -r tests.in\n--hash=sha256:00\n",
+        "requirements/base.txt": "attrs==22.2.0\n",
+        "requirements/dev.txt": "pre-commit\ntox\nvirtualenv==20.0\n",  # not read: there are test files
+        "requirements/docs.txt": "sphinx\n",
+        "requirements/tests-min.txt": "attrs==20.1.0\n",  # the lowest supported versions: not read
+    }
+    index = FakeIndex(*TOOLS, release("attrs", "20.1.0", "2020-08-20"), release("attrs", "22.2.0", "2022-12-21"),
+                      release("attrs", "22.3.0", "2023-02-01"),
+                      release("hypothesis", "6.68.0", "2023-02-19"), release("pytest-mock", "3.10.0", "2022-10-05"),
+                      release("virtualenv", "20.0", "2020-02-10"))
+    result = inferred(tmp_path, files, index)
+    pins = result.setup["pip"]
+    assert result.setup["python"] == "3.9"  # 3.11 is newer than the 3.10 listed
+    assert {"attrs==22.2.0", "hypothesis==6.68.0", "pytest-mock==3.10.0", "pytest==7.2.2"} <= set(pins)
+    assert not any(p.startswith(("virtualenv", "sphinx", "tox", "pre-commit")) for p in pins)
+    assert result.provenance["requirements"] == ["requirements/tests.txt", "setup.cfg extras_require.testing",
+                                                 "setup.cfg install_requires"]
+    assert "setup.cfg [tool:pytest]" in result.provenance["runner"]
+
+
+def test_unreachable_pypi_leaves_requirements_unpinned_and_says_so(tmp_path):
+    files = {"pyproject.toml": PYPROJECT}
+    result = inferred(tmp_path, files, FakeIndex(down=True))
+    assert "PyPI could not be reached" in result.provenance["pypi"]
+    assert "click>=8.0" in result.setup["pip"] and "freezegun" in result.setup["pip"]
+    assert result.setup["install"] == EDITABLE
+
+
+def test_answers_are_cached_on_disk_and_refreshed_for_a_later_date(tmp_path):
+    index = FakeIndex(release("click", "8.1.3", "2022-04-28"))
+    PyPI(fetch=index, cache=tmp_path).project("click")
+    offline = FakeIndex(down=True)
+    again = PyPI(fetch=offline, cache=tmp_path)
+    assert again.project("Click", newer_than=datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc))
+    assert offline.requests == []
+    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=30)
+    with pytest.raises(InfraError, match="cannot reach"):  # fetched before that date: releases since may count
+        PyPI(fetch=offline, cache=tmp_path).project("click", newer_than=later)
+
+
+def test_wheels_fit_by_python_abi_and_glibc():
+    py39, py311 = supported_tags("3.9"), supported_tags("3.11")
+    assert wheel_fits("numpy-1.26.0-cp39-cp39-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", py39)
+    assert not wheel_fits("numpy-1.26.0-cp311-cp311-manylinux_2_17_x86_64.whl", py39)
+    assert not wheel_fits("x-1.0-cp39-cp39-manylinux_2_34_x86_64.whl", py39)  # bullseye's glibc is 2.31
+    assert wheel_fits("x-1.0-cp311-cp311-manylinux_2_34_x86_64.whl", py311)
+    assert wheel_fits("x-1.0-cp37-abi3-manylinux2014_x86_64.whl", py311)
+    assert not wheel_fits("x-1.0-cp39-cp39-macosx_11_0_arm64.whl", py39)
+    assert not wheel_fits("x-1.0-py2-none-any.whl", py39) and wheel_fits("x-1.0-py2.py3-none-any.whl", py39)
+
+
+def test_pick_release_skips_prereleases_and_yanked_files():
+    from packaging.specifiers import SpecifierSet
+    index = FakeIndex(release("lib", "1.0", "2020-01-01"), release("lib", "2.0rc1", "2020-06-01"),
+                      release("lib", "1.1", "2020-03-01"))
+    project = index.projects["lib"]
+    project["releases"]["1.1"][0]["yanked"] = True
+    when = datetime.datetime(2021, 1, 1, tzinfo=datetime.timezone.utc)
+    assert pick_release(project, SpecifierSet(), "3.9", when).version == "1.0"
+    assert pick_release(project, SpecifierSet(">=3"), "3.9", when) is None
+
+
+# -- datasets: rows without a table entry ---------------------------------------------------------------
+
+ROW = {"instance_id": "tinyorg__tinyproj-1", "repo": "tinyorg/tinyproj", "problem_statement": "fix it",
+       "patch": "", "version": "0.1", "FAIL_TO_PASS": '["tests/test_x.py::test_x"]', "PASS_TO_PASS": "[]"}
+
+
+@pytest.fixture
+def mirrored(tmp_path, monkeypatch):
+    """A mirror of tinyorg/tinyproj in REPOGYM_MIRRORS, a private cache, and PyPI faked; the base commit."""
+    commit = commit_repo(tmp_path / "mirrors" / "tinyorg__tinyproj", {"pyproject.toml": PYPROJECT})
+    monkeypatch.setenv("REPOGYM_CACHE", str(tmp_path / "cache"))
+    index = FakeIndex(*TOOLS, release("click", "8.1.3", "2022-04-28"), release("freezegun", "1.2.2", "2022-08-01"),
+                      release("flit-core", "3.8.0", "2022-11-13"))
+    monkeypatch.setattr("repogym.envs.tasks.pypi.http_fetch", index)
+    return commit
+
+
+def test_a_row_without_a_table_entry_is_inferred_from_its_mirror(tmp_path, monkeypatch, mirrored):
+    monkeypatch.setenv("REPOGYM_MIRRORS", str(tmp_path / "mirrors"))
+    task = convert_row({**ROW, "base_commit": mirrored})
+    assert "image" not in task.setup and task.setup["python"] == "3.9"
+    assert "click==8.1.3" in task.setup["pip"] and task.test_command == PYTEST
+    assert task.extra["dataset_image"] == "swebench/sweb.eval.x86_64.tinyorg_1776_tinyproj-1:latest"
+    assert task.extra["setup_inferred"]["requirements"][0].startswith("pyproject.toml")
+    # Without a mirror, the default does not clone: the row keeps its image, as before.
+    monkeypatch.delenv("REPOGYM_MIRRORS")
+    assert convert_row({**ROW, "base_commit": mirrored}).setup["image"].startswith("swebench/")
+
+
+def test_infer_mode_keeps_the_image_of_a_row_it_cannot_serve_and_says_why(tmp_path, monkeypatch, mirrored):
+    monkeypatch.setenv("REPOGYM_MIRRORS", str(tmp_path / "mirrors"))
+    task = convert_row({**ROW, "base_commit": "f" * 40}, environments="infer")
+    assert task.setup["image"].startswith("swebench/")
+    assert "is not in mirror" in task.extra["setup_inferred"]["failed"]
+    assert infer_for_repo("tinyorg/tinyproj", mirrored).setup == convert_row(
+        {**ROW, "base_commit": mirrored}, environments="infer").setup
