@@ -317,9 +317,9 @@ def test_diff_modifying_a_function_body():
         ("app.core.make", 3), ("util.alias", 3)]
     assert result["tests"] == [
         {"name": "tests.test_core.TestAlias.test_ping", "file": "tests/test_core.py", "line": 10,
-         "test_id": "tests/test_core.py::TestAlias::test_ping"},
+         "test_id": "tests/test_core.py::TestAlias::test_ping", "source": "static"},
         {"name": "tests.test_core.test_make", "file": "tests/test_core.py", "line": 5,
-         "test_id": "tests/test_core.py::test_make"}]
+         "test_id": "tests/test_core.py::test_make", "source": "static"}]
     assert result["syntax_errors"] == [] and result["unresolved"] == []
 
 

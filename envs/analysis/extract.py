@@ -78,6 +78,12 @@ _QUERY = Query(PY_LANGUAGE, """
 (yield (identifier) @name)
 (await (identifier) @name)
 (subscript value: (identifier) @name)
+(subscript value: [(identifier) (attribute)] @subscripted)
+(comparison_operator) @compare
+(binary_operator) @binop
+(with_item value: (_) @with_value)
+(for_statement right: [(identifier) (attribute)] @iterated)
+(for_in_clause right: [(identifier) (attribute)] @iterated)
 """ + STORE_PATTERNS + """
 (for_in_clause left: (identifier) @store)
 (for_in_clause left: (pattern_list (identifier) @store))
@@ -139,6 +145,7 @@ class DefFacts:
     signature: str = ""
     bases: tuple = ()  # dotted chains (tuples of names) of the class's bases; non-dotted bases are skipped
     has_opaque_base: bool = False  # a base we cannot even read as a dotted name (``namedtuple(...)``)
+    decorators: tuple = ()  # dotted chains of its decorators (``@deco`` or the factory of ``@deco(...)``)
     self_name: str | None = None  # first parameter of a method that is not a staticmethod
     returns: tuple | None = None  # the dotted class its return annotation names (``-> Cart``, ``-> "Cart | None"``)
     is_fixture: bool = False  # decorated with ``pytest.fixture``
@@ -170,6 +177,7 @@ class FileFacts:
     interface: tuple = ()
     instance_attrs: dict = field(default_factory=dict)  # class def index -> {attr: (method scope, (how, chain))}
     fixture_params: set = field(default_factory=set)  # (scope, name): parameters of tests and fixtures
+    test_file: bool = False  # named as pytest collects tests from it (see ``is_test_file``)
 
     def scope_at(self, byte: int) -> int:
         """Index of the innermost def whose span (decorators included) contains ``byte``."""
@@ -261,7 +269,8 @@ def extract(path: str, source: bytes, tree: Tree, roots: tuple[str, ...] = ("",)
     root = tree.root_node
     facts.syntax_issue = _syntax_issue(path, root)
     caps = QueryCursor(_QUERY).captures(root)
-    _collect_defs(facts, caps.get("def", ()), is_test_file(path))
+    facts.test_file = is_test_file(path)
+    _collect_defs(facts, caps.get("def", ()), facts.test_file)
     scope_at = facts.scope_at
     bindings = facts.scope_bindings
     mod_bindings = facts.module_bindings
@@ -337,6 +346,8 @@ def _collect_defs(facts: FileFacts, nodes, test_file: bool) -> None:
             if returns is not None:
                 signature += " -> " + _normalise(_text(returns))
                 info.returns = annotation_chain(_text(returns))
+            if decorated:
+                info.decorators = _decorator_chains(start_node)
             if decorated and any(c.type == "decorator" and _FIXTURE.match(_text(c)) for c in start_node.children):
                 info.is_fixture = True
                 info.fixture = ("ann", info.returns) if info.returns else _fixture_value(node)
@@ -443,6 +454,13 @@ def _collect_uses(facts: FileFacts, caps: dict) -> None:
             if name in ("getattr", "setattr", "delattr", "hasattr") and node.parent.type == "call":
                 _dynamic_attribute(facts, node.parent, name, line)
             refs.append((*scopes_at(start), line, "call", (name,), name, None))
+            dunder = BUILTIN_DUNDERS.get(name)
+            if dunder is not None and node.parent.type == "call":
+                args = node.parent.child_by_field_name("arguments")
+                first = args.named_children[0] if args is not None and args.named_children else None
+                receiver = _receiver(first)
+                if receiver is not None:  # the builtin itself (not a shadowing def) is checked by the resolver
+                    refs.append((*scopes_at(start), line, "implicit", (*receiver, dunder), f"{name}()", None))
         elif kind == "attribute":
             text = _text(node)
             chain = _dotted(text)
@@ -485,6 +503,111 @@ def _collect_uses(facts: FileFacts, caps: dict) -> None:
     for node in caps.get("name", ()):
         name = _text(node)
         refs.append((*scopes_at(node.start_byte), node.start_point[0] + 1, "name", (name,), name, None))
+    _collect_implicit(facts, caps)
+
+
+# -- implicit calls: syntax that runs a dunder method of its operand --------------------------------------------
+# Builtins that call one dunder of their first argument (``len(obj)`` runs ``obj.__len__``).
+BUILTIN_DUNDERS = {"len": "__len__", "iter": "__iter__", "next": "__next__", "reversed": "__reversed__",
+                   "str": "__str__", "repr": "__repr__", "hash": "__hash__", "bool": "__bool__", "abs": "__abs__",
+                   "bytes": "__bytes__", "int": "__int__", "float": "__float__", "round": "__round__",
+                   "format": "__format__", "list": "__iter__", "tuple": "__iter__", "set": "__iter__",
+                   "frozenset": "__iter__", "sorted": "__iter__", "enumerate": "__iter__", "dir": "__dir__",
+                   "complex": "__complex__", "divmod": "__divmod__", "sum": "__iter__", "any": "__iter__",
+                   "all": "__iter__", "min": "__iter__", "max": "__iter__", "dict": "__iter__"}
+# Operator -> (the left operand's method, the right operand's method); ``in`` asks the right one.
+_OPERATOR_DUNDERS = {
+    "+": ("__add__", "__radd__"), "-": ("__sub__", "__rsub__"), "*": ("__mul__", "__rmul__"),
+    "/": ("__truediv__", "__rtruediv__"), "//": ("__floordiv__", "__rfloordiv__"), "%": ("__mod__", "__rmod__"),
+    "**": ("__pow__", "__rpow__"), "@": ("__matmul__", "__rmatmul__"), "&": ("__and__", "__rand__"),
+    "|": ("__or__", "__ror__"), "^": ("__xor__", "__rxor__"), "<<": ("__lshift__", "__rlshift__"),
+    ">>": ("__rshift__", "__rrshift__"), "==": ("__eq__", "__eq__"), "!=": ("__ne__", "__ne__"),
+    "<": ("__lt__", "__gt__"), ">": ("__gt__", "__lt__"), "<=": ("__le__", "__ge__"), ">=": ("__ge__", "__le__"),
+    "in": (None, "__contains__"), "not in": (None, "__contains__")}
+
+
+def _receiver(node: Node | None) -> tuple | None:
+    """The chain of an operand whose dunder an operator runs: a dotted name, or ``("<call>", callee)`` for
+    ``Cls(...)``; None for anything else (a literal, a subscript, an expression)."""
+    if node is None:
+        return None
+    if node.type in ("identifier", "attribute"):
+        return _dotted(_text(node))
+    if node.type == "call":
+        chain = _callee_chain(node)
+        return ("<call>", chain) if chain and chain != ("super",) else None
+    return None
+
+
+def _collect_implicit(facts: FileFacts, caps: dict) -> None:
+    """Uses that call a method without naming it, as ``implicit`` refs of chain (*receiver, dunder): subscripts
+    (get/set/del item), comparisons and binary operators (both operands), ``with`` (enter/exit), ``for`` loops
+    (iter), and the builtins of :data:`BUILTIN_DUNDERS`. The resolver keeps those whose receiver is an instance of
+    a repository class defining the method."""
+    refs, scopes_at = facts.refs, facts.scopes_at
+
+    def add(node: Node, receiver: tuple | None, dunder: str | None) -> None:
+        if receiver is not None and dunder is not None:
+            refs.append((*scopes_at(node.start_byte), node.start_point[0] + 1, "implicit", (*receiver, dunder),
+                         dunder, None))
+
+    for value in caps.get("subscripted", ()):
+        subscript = value.parent
+        outer = subscript.parent if subscript is not None else None
+        receiver = _receiver(value)
+        if outer is None or receiver is None:
+            continue
+        if outer.type == "assignment" and outer.child_by_field_name("left") == subscript:
+            add(value, receiver, "__setitem__")
+        elif outer.type == "augmented_assignment" and outer.child_by_field_name("left") == subscript:
+            add(value, receiver, "__getitem__")
+            add(value, receiver, "__setitem__")
+        elif outer.type == "delete_statement" or (outer.type == "expression_list" and outer.parent is not None
+                                                  and outer.parent.type == "delete_statement"):
+            add(value, receiver, "__delitem__")
+        elif outer.type != "type" and outer.type != "generic_type":
+            add(value, receiver, "__getitem__")
+    for node in caps.get("compare", ()):
+        operands = [c for c in node.children if c.is_named]
+        operators = [c for c in node.children if not c.is_named]
+        if len(operands) != len(operators) + 1:
+            continue
+        for i, op in enumerate(operators):
+            left, right = _OPERATOR_DUNDERS.get(_SPACE.sub(" ", _text(op)), (None, None))
+            add(node, _receiver(operands[i]), left)
+            add(node, _receiver(operands[i + 1]), right)
+    for node in caps.get("binop", ()):
+        op = node.child_by_field_name("operator")
+        left, right = _OPERATOR_DUNDERS.get(_text(op) if op is not None else "", (None, None))
+        add(node, _receiver(node.child_by_field_name("left")), left)
+        add(node, _receiver(node.child_by_field_name("right")), right)
+    for value in caps.get("with_value", ()):
+        if value.type == "as_pattern":
+            value = value.named_children[0] if value.named_children else None
+        receiver = _receiver(value)
+        if receiver is not None:
+            add(value, receiver, "__enter__")
+            add(value, receiver, "__exit__")
+    for node in caps.get("iterated", ()):
+        add(node, _receiver(node), "__iter__")
+
+
+def _decorator_chains(definition: Node) -> tuple:
+    """The dotted chains of a decorated definition's decorators (``@deco`` -> deco; ``@deco(x)`` -> deco)."""
+    chains = []
+    for child in definition.children:
+        if child.type != "decorator":
+            continue
+        expr = child.named_children[0] if child.named_children else None
+        if expr is not None and expr.type == "call":
+            chain = _callee_chain(expr)
+        elif expr is not None and expr.type in ("identifier", "attribute"):
+            chain = _dotted(_text(expr))
+        else:
+            chain = None
+        if chain is not None:
+            chains.append(chain)
+    return tuple(chains)
 
 
 def _dynamic_attribute(facts: FileFacts, call: Node, fn: str, line: int) -> None:

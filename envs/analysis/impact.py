@@ -13,9 +13,11 @@ nowhere except through the ``.py`` files that changed with them.
 from __future__ import annotations
 
 import subprocess
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from repogym.envs.analysis.coverage import CoverageMap
 from repogym.envs.analysis.diffs import FileDiff, parse_diff
 from repogym.envs.analysis.extract import FileFacts
 from repogym.envs.analysis.index import RepoIndex
@@ -34,7 +36,8 @@ class DiffAnalysis:
     dependents: list[dict] = field(default_factory=list)
     """{"name", "kind", "file", "line", "distance"}: users of changed symbols (after the patch)."""
     tests: list[dict] = field(default_factory=list)
-    """{"name", "file", "line", "test_id"}: tests reaching a changed symbol, or changed themselves."""
+    """{"name", "file", "line", "test_id", "source"}: tests covering a changed symbol, or changed themselves;
+    ``source`` is ``measured`` (a coverage map saw the test run it) or ``static`` (the reverse graph)."""
     syntax_errors: list[dict] = field(default_factory=list)
     """{"file", "line", "message"}: parse errors the patch introduced."""
     unresolved: list[dict] = field(default_factory=list)
@@ -57,7 +60,7 @@ class DiffAnalysis:
                             f"{', signature changed' if c['signature_changed'] else ''})" for c in self.changed])
         section("dependents", [f"{d['name']}  {d['file']}:{d['line']}  (distance {d['distance']})"
                                for d in self.dependents])
-        section("tests", [f"{t['test_id']}  {t['file']}:{t['line']}" for t in self.tests])
+        section("tests", [f"{t['test_id']}  {t['file']}:{t['line']}  ({t['source']})" for t in self.tests])
         section("syntax errors", [f"{e['file']}:{e['line']}  {e['message']}" for e in self.syntax_errors])
         section("unresolved", [f"{u['expression']}  {u['file']}:{u['line']}  ({u['reason']})"
                                for u in self.unresolved])
@@ -82,8 +85,9 @@ def _touched_symbols(facts: FileFacts | None, lines: dict[int, str]) -> set[str]
 
 
 def analyze_diff(before: RepoIndex, diff: str, after_files: dict[str, bytes | None],
-                 max_depth: int = 3) -> DiffAnalysis:
-    """Impact of ``diff`` on ``before``; ``after_files`` holds the new content of each touched file."""
+                 max_depth: int = 3, coverage: CoverageMap | None = None) -> DiffAnalysis:
+    """Impact of ``diff`` on ``before``; ``after_files`` holds the new content of each touched file. With
+    ``coverage`` (measured on ``before``'s tree), the covering tests of code it measured are the measured ones."""
     if max_depth < 1:
         raise ConfigError(f"expected max_depth >= 1, got {max_depth}")
     file_diffs = parse_diff(diff)
@@ -134,13 +138,14 @@ def analyze_diff(before: RepoIndex, diff: str, after_files: dict[str, bytes | No
         edges = dict(after._callers.get(name, {}))
         if name in removed:
             edges.update(before._callers.get(name, {}))
+        for base in (before if name in removed else after).overridden(name):
+            edges.update(after._callers.get(base, {}))  # a call on the base's type may run this override
         first_hop[name] = edges
     dependents = [{"name": s.name, "kind": s.kind, "file": s.file, "line": s.line, "distance": d}
                   for s, d in after.reverse_walk(seeds, max_depth, first_hop)]
-    reaching = [s for s, _ in after.reverse_walk(seeds, max(max_depth, _TEST_DEPTH), first_hop) if s.test_id]
-    reaching += [after.symbols[n] for n in seeds - removed if after.symbols[n].test_id]
-    tests = sorted(({"name": s.name, "file": s.file, "line": s.line, "test_id": s.test_id} for s in reaching),
-                   key=lambda t: t["test_id"])
+    if coverage is not None and not coverage.tests:
+        coverage = None  # a run that went through no test measured nothing
+    tests = _covering_tests(before, after, changed, first_hop, max(max_depth, _TEST_DEPTH), coverage)
 
     syntax_errors = []
     for fd, old, new in pairs:
@@ -158,6 +163,70 @@ def analyze_diff(before: RepoIndex, diff: str, after_files: dict[str, bytes | No
                   for u in after.unresolved if u.file in touched_after]
     return DiffAnalysis(changed, dependents, tests, sorted(syntax_errors, key=lambda e: (e["file"], e["line"])),
                         unresolved)
+
+
+def _covering_tests(before: RepoIndex, after: RepoIndex, changed: list[dict], first_hop: dict, depth: int,
+                    coverage: CoverageMap | None) -> list[dict]:
+    """The tests covering ``changed``, each ``{"name", "file", "line", "test_id", "source"}``.
+
+    ``measured``: the map saw the test run the changed function (a modified or removed function or method of a
+    measured file; for a class, any of its methods). ``static``: found on the reverse graph, from changed code the
+    map has not seen (new code, changed signatures, module-level lines, files outside its scope); the walk stops at
+    each caller the map has measured and takes that caller's measured tests instead of going further."""
+    found: dict[str, str] = {}  # test id -> source; measured wins
+
+    def add(ids, source: str) -> None:
+        for test_id in ids:
+            if found.get(test_id) != "measured":
+                found[test_id] = source
+
+    def measured(name: str) -> bool:
+        symbol = before.symbols.get(name)
+        return (coverage is not None and symbol is not None and symbol.kind in ("function", "method")
+                and coverage.knows(symbol.file))
+
+    unseen = set()
+    for c in changed:
+        name = c["name"]
+        if measured(name):
+            add(coverage.tests_of(name), "measured")
+            if not c["signature_changed"]:
+                continue
+        elif coverage is not None and c["kind"] == "class" and c["change"] != "added" and coverage.knows(c["file"]):
+            prefix = name + "."
+            for symbol in before.symbols_in(c["file"]):
+                if symbol.name.startswith(prefix) and symbol.kind == "method":
+                    add(coverage.tests_of(symbol.name), "measured")
+            continue
+        unseen.add(name)
+    seeds = {c["name"] for c in changed}
+    for name in unseen - {c["name"] for c in changed if c["change"] == "removed"}:
+        add(after.test_ids(name), "static")
+    distance: dict[str, int] = {}
+    frontier = deque((name, 0) for name in sorted(unseen))
+    while frontier:
+        current, level = frontier.popleft()
+        if level >= depth:
+            continue
+        for source in (first_hop if level == 0 else after._callers).get(current, {}):
+            if source in seeds or source in distance or source not in after.symbols:
+                continue
+            distance[source] = level + 1
+            if measured(source):  # the map knows who runs this caller: no need to guess further
+                add(coverage.tests_of(source), "static")
+                continue
+            add(after.test_ids(source), "static")
+            frontier.append((source, level + 1))
+    out = []
+    for test_id, source in found.items():
+        symbol = after.test_symbol(test_id)
+        if symbol is None and before.test_symbol(test_id) is not None:
+            continue  # the test was removed: nothing left to run
+        path = test_id.split("::", 1)[0]
+        out.append({"name": symbol.name if symbol else test_id.rpartition("::")[2], "file": path,
+                    "line": symbol.line if symbol is not None and symbol.file == path else 0, "test_id": test_id,
+                    "source": source})
+    return sorted(out, key=lambda t: t["test_id"])
 
 
 def _line_text(source: bytes, line: int) -> bytes:

@@ -69,6 +69,14 @@ def _edit_for(old: bytes, new: bytes) -> dict:
                 new_end_point=_point(new, new_end))
 
 
+def strip_params(node_id: str) -> str:
+    """A pytest node id without its parameters: ``t.py::test_x[1-a]`` -> ``t.py::test_x``."""
+    if node_id.endswith("]"):
+        head, sep, last = node_id.rpartition("::")
+        return head + sep + last.partition("[")[0]
+    return node_id
+
+
 class RepoIndex:
     """Static index of a repository's Python code; build with ``from_folder`` or ``from_files``."""
 
@@ -76,7 +84,8 @@ class RepoIndex:
         self.symbols: dict[str, Symbol] = {}
         self.module_imports: dict[str, set[str]] = {}
         self._files: dict[str, FileFacts] = {}
-        self._links: dict[str, tuple] = {}  # path -> (refs, unresolved, imported modules, dispatch names)
+        self._links: dict[str, tuple] = {}  # path -> (refs, unresolved, imported modules, dispatch names, tests)
+        self._run_as: dict[str, set[str]] = {}  # test method -> the node ids pytest runs it under (class methods)
         self._defs: dict[str, tuple[FileFacts, int]] = {}
         self._modules: dict[str, FileFacts] = {}
         self._packages: Counter = Counter()  # every dotted prefix of a module name
@@ -138,6 +147,7 @@ class RepoIndex:
         new._method_names = Counter(self._method_names)
         new._callers = {k: dict(v) for k, v in self._callers.items()}
         new._importers = {k: set(v) for k, v in self._importers.items()}
+        new._run_as = {k: set(v) for k, v in self._run_as.items()}
         new._cache = {}
         new.source_roots = self.source_roots
         return new
@@ -220,6 +230,41 @@ class RepoIndex:
             return []
         return [r for r in self._links[symbol.file][0] if r.source == qname]
 
+    def test_ids(self, qname: str) -> list[str]:
+        """The pytest node ids ``qname`` runs as (parameters left out): its own, and for a test method those of every
+        collected class that inherits it (a mixin's test under each class that runs it); [] for a non-test."""
+        symbol = self.symbols.get(qname)
+        ids = set(self._run_as.get(qname, ()))
+        if symbol is not None and symbol.test_id and (symbol.kind == "function" or not ids):
+            ids.add(symbol.test_id)
+        return sorted(ids)
+
+    def test_symbol(self, test_id: str) -> Symbol | None:
+        """The test function or method a node id (parameters ignored) runs, or None."""
+        if "test_symbols" not in self._cache:
+            table = {}
+            for method, ids in self._run_as.items():
+                for node_id in ids:
+                    table[node_id] = method
+            for symbol in self.symbols.values():
+                if symbol.test_id:
+                    table.setdefault(symbol.test_id, symbol.name)
+            self._cache["test_symbols"] = table
+        name = self._cache["test_symbols"].get(strip_params(test_id))
+        return self.symbols.get(name) if name else None
+
+    def overridden(self, qname: str) -> list[str]:
+        """The methods of repository ancestors that the method ``qname`` overrides (a call on the base's type may run
+        it), nearest first; [] for anything else."""
+        symbol = self.symbols.get(qname)
+        if symbol is None or symbol.kind != "method":
+            return []
+        cls, _, name = qname.rpartition(".")
+        if cls not in self._defs:
+            return []
+        order, _ = Resolver(self).mro(cls)
+        return [f"{c}.{name}" for c in order[1:] if f"{c}.{name}" in self._defs]
+
     def dependents(self, qnames: Iterable[str], max_depth: int = 3) -> list[tuple[Symbol, int]]:
         """Transitive users of ``qnames`` (distance 1 = direct), excluding them, by (distance, name)."""
         return self.reverse_walk(qnames, max_depth, self._callers)
@@ -292,15 +337,22 @@ class RepoIndex:
 
     def _link(self, path: str, resolver: Resolver) -> None:
         facts = self._files[path]
-        refs, unresolved, imported, dispatch = resolver.link(facts)
-        self._links[path] = (refs, unresolved, imported, dispatch)
+        refs, unresolved, imported, dispatch, collected = resolver.link(facts)
+        self._links[path] = (refs, unresolved, imported, dispatch, collected)
+        for method, node_id in collected:
+            self._run_as.setdefault(method, set()).add(node_id)
         for ref in refs:
             sources = self._callers.setdefault(ref.target, {})
             sources[ref.source] = sources.get(ref.source, 0) + 1
         self.module_imports[facts.module] = imported
 
     def _unlink(self, path: str) -> None:
-        refs, _unresolved, _imported, _dispatch = self._links.pop(path)
+        refs, _unresolved, _imported, _dispatch, collected = self._links.pop(path)
+        for method, node_id in collected:
+            ids = self._run_as[method]
+            ids.discard(node_id)
+            if not ids:
+                del self._run_as[method]
         for ref in refs:
             sources = self._callers[ref.target]
             count = sources[ref.source] - 1

@@ -39,8 +39,29 @@ _LITERALS = frozenset({"string", "concatenated_string", "integer", "float", "lis
 _MAX_HOPS = 12  # re-export chains and class hierarchies longer than this are cut (and cycles stop)
 
 
+_TESTCASES = ("TestCase", "IsolatedAsyncioTestCase")
+_CLASS_CALL = ("__init__", "__new__", "__post_init__")  # what ``Cls(...)`` runs, where the repository defines it
+
+
 def _by_line(item) -> int:
     return item.line
+
+
+def _c3(first: list[str], sequences: list[list[str]]) -> list[str] | None:
+    """C3 linearisation of ``first`` + merge(``sequences``); None when there is none."""
+    out = list(first)
+    sequences = [list(seq) for seq in sequences if seq]
+    while sequences:
+        for seq in sequences:
+            head = seq[0]
+            if not any(head in other[1:] for other in sequences):
+                break
+        else:
+            return None
+        out.append(head)
+        sequences = [[c for c in seq if c != head] for seq in sequences]
+        sequences = [seq for seq in sequences if seq]
+    return out
 
 
 class Resolver:
@@ -53,6 +74,7 @@ class Resolver:
         self.method_names = index._method_names
         self.files = index._files
         self._bases: dict[str, tuple[list[str], bool]] = {}
+        self._mros: dict[str, tuple[list[str], bool]] = {}
         self._typing: set = set()  # typed bindings being resolved (a cycle such as ``c = c()`` stops here)
 
     # -- names -------------------------------------------------------------------------------
@@ -233,27 +255,78 @@ class Resolver:
         self._bases[cls] = (found, outside)
         return found, outside
 
-    def in_class(self, cls: str, attr: str, skip_self: bool = False) -> tuple:
-        """Look ``attr`` up in ``cls`` and its repository bases, depth-first left to right."""
-        seen, stack, outside = set(), [cls], False
-        while stack and len(seen) <= _MAX_HOPS:
-            current = stack.pop(0)
-            if current in seen or current not in self.defs:
-                continue
-            seen.add(current)
-            if not (skip_self and current == cls):
-                qname = f"{current}.{attr}"
-                if qname in self.defs:
-                    return ("sym", qname)
-                facts, idx = self.defs[current]
-                if attr in facts.scope_bindings[idx]:
-                    return OBJECT  # a class attribute holding some value
-            found, ext = self.bases(current)
-            outside = outside or ext
-            stack[0:0] = found
+    def mro(self, cls: str) -> tuple[list[str], bool]:
+        """(``cls`` and its repository ancestors in C3 order, whether some ancestor lies outside the repository).
+        Where C3 fails (an inconsistent hierarchy, a cycle, a base outside the repository between two inside), the
+        order is depth-first left to right, as before Python 2.3."""
+        cached = self._mros.get(cls)
+        if cached is not None:
+            return cached
+        self._mros[cls] = ([cls], False)  # a cycle stops here
+        bases, outside = self.bases(cls) if cls in self.defs else ([], False)
+        parents = [self.mro(b) for b in bases]
+        outside = outside or any(o for _, o in parents)
+        order = _c3([cls], [list(m) for m, _ in parents] + [list(bases)])
+        if order is None or len(order) > 4 * _MAX_HOPS:
+            order, seen = [], set()
+            for name in [cls] + [c for m, _ in parents for c in m]:
+                if name not in seen:
+                    seen.add(name)
+                    order.append(name)
+        self._mros[cls] = (order, outside)
+        return order, outside
+
+    def in_class(self, cls: str, attr: str, skip_self: bool = False, after: str | None = None) -> tuple:
+        """Look ``attr`` up along ``cls``'s MRO (repository classes only); ``skip_self`` starts after ``cls`` itself,
+        ``after`` after that class of the MRO (``super()`` in a method of ``after`` on an instance of ``cls``)."""
+        order, outside = self.mro(cls)
+        start = 1 if skip_self else 0
+        if after is not None:
+            start = order.index(after) + 1 if after in order else len(order)
+        for current in order[start:]:
+            qname = f"{current}.{attr}"
+            if qname in self.defs:
+                return ("sym", qname)
+            entry = self.defs.get(current)
+            if entry is not None and attr in entry[0].scope_bindings[entry[1]]:
+                return OBJECT  # a class attribute holding some value
         if outside or (attr.startswith("__") and attr.endswith("__")):
             return EXTERNAL  # inherited from outside, or from ``object`` itself
         return ("missing", f"{cls}.{attr}")
+
+    def collected_tests(self, facts: FileFacts) -> list[tuple[str, str]]:
+        """(method qname, pytest node id) for every test method pytest runs in the classes of a test file, inherited
+        ones included (a mixin's ``test_x`` run by ``TestA`` and ``TestB`` gives two ids, each under its class)."""
+        out = []
+        for idx, d in enumerate(facts.defs):
+            if d.kind != "class":
+                continue
+            names, parent, owner = [d.name], d.parent, d
+            while parent >= 0 and facts.defs[parent].kind == "class":
+                names.append(facts.defs[parent].name)
+                parent = facts.defs[parent].parent
+            if parent != MODULE_SCOPE:
+                continue
+            order, _ = self.mro(d.qname)
+            unittest_case = any(base[-1] in _TESTCASES for c in order if c in self.defs
+                                for base in self.defs[c][0].defs[self.defs[c][1]].bases)
+            if not unittest_case and not (owner.name.startswith("Test") and all(n.startswith("Test") for n in names)):
+                continue
+            if not unittest_case and any(f"{c}.__init__" in self.defs for c in order):
+                continue  # pytest does not collect a class with an ``__init__``
+            prefix = facts.path + "::" + "::".join(reversed(names))
+            seen = set()
+            for current in order:
+                entry = self.defs.get(current)
+                if entry is None:
+                    continue
+                cls_facts, cls_idx = entry
+                for method in cls_facts.defs:
+                    if (method.parent == cls_idx and method.kind == "method" and method.name.startswith("test")
+                            and method.name not in seen):
+                        seen.add(method.name)
+                        out.append((method.qname, f"{prefix}::{method.name}"))
+        return out
 
     def _enclosing_class(self, facts: FileFacts, scope: int) -> str | None:
         while scope >= 0:
@@ -314,6 +387,21 @@ class Resolver:
                 deepest = result[1]
         return result, deepest
 
+    def _nested(self, qname: str) -> list[str]:
+        """The functions defined inside the function ``qname`` (at any depth)."""
+        facts, idx = self.defs[qname]
+        found, inside = [], {idx}
+        for i in range(idx + 1, len(facts.defs)):
+            d = facts.defs[i]
+            if d.parent not in inside:
+                if d.start > facts.defs[idx].end:
+                    break
+                continue
+            inside.add(i)
+            if d.kind == "function":
+                found.append(d.qname)
+        return found
+
     def _is_class(self, qname: str) -> bool:
         entry = self.defs.get(qname)
         return entry is not None and entry[0].defs[entry[1]].kind == "class"
@@ -350,8 +438,9 @@ class Resolver:
         return out
 
     # -- one file ----------------------------------------------------------------------------
-    def link(self, facts: FileFacts) -> tuple[list[Reference], list[Unresolved], set[str], set[str]]:
-        """References, unresolved uses, in-repo imported modules, method names called on unknown objects."""
+    def link(self, facts: FileFacts) -> tuple[list[Reference], list[Unresolved], set[str], set[str], list]:
+        """References, unresolved uses, in-repo imported modules, method names called on unknown objects, and the
+        (method, node id) pairs of the test methods pytest runs in the file's classes (:meth:`collected_tests`)."""
         path, module, defs = facts.path, facts.module, facts.defs
         refs: list[Reference] = []
         unresolved = list(facts.local_unresolved)
@@ -389,16 +478,30 @@ class Resolver:
         for scope, lookup, line, kind, chain, text, obj_type in facts.refs:
             if closures and (lookup, chain[0]) in closures:  # a nested def using its test's fixture
                 refs.append(Reference(source_of(scope), closures[lookup, chain[0]], path, line, "fixture"))
+            if kind == "implicit":  # an operator or builtin running a dunder of an instance of a repository class
+                if text.endswith("()") and self.name(facts, lookup, text[:-2]) is not EXTERNAL:
+                    continue  # ``len`` rebound to something of the repository's: not the builtin
+                receiver = self.chain(facts, lookup, chain[:-1])
+                if receiver[0] == "instance":
+                    found = self.in_class(receiver[1], chain[-1])
+                    if found[0] == "sym":
+                        refs.append(Reference(source_of(scope), found[1], path, line, "implicit"))
+                continue
             result, deepest = self.walk(facts, lookup, chain)
             tag = result[0]
             if tag == "sym":
                 target = result[1]
                 refs.append(Reference(source_of(scope), target, path, line, kind))
                 if kind == "call" and self._is_class(target):
-                    init = self.in_class(target, "__init__")
-                    if init[0] == "sym":
-                        refs.append(Reference(source_of(scope), init[1], path, line, "call"))
+                    for dunder in _CLASS_CALL:
+                        found = self.in_class(target, dunder)
+                        if found[0] == "sym":
+                            refs.append(Reference(source_of(scope), found[1], path, line, "call"))
                 continue
+            if kind == "call" and tag == "instance":  # ``obj()`` runs its class's ``__call__``
+                found = self.in_class(result[1], "__call__")
+                if found[0] == "sym":
+                    refs.append(Reference(source_of(scope), found[1], path, line, "implicit"))
             if deepest is not None:
                 refs.append(Reference(source_of(scope), deepest, path, line, "attribute"))
             if kind != "call":
@@ -409,8 +512,19 @@ class Resolver:
                     unresolved.append(Unresolved(path, line, text, "dynamic dispatch"))
             elif tag == "missing" or result is UNBOUND:
                 unresolved.append(Unresolved(path, line, text, "unknown name"))
+        for d in defs:  # a decorated def runs its decorator's wrappers: the defs nested in the decorator
+            for chain in d.decorators:
+                found = self.chain(facts, d.parent, chain)
+                if found[0] != "sym" or found[1] not in self.defs:
+                    continue
+                wrappers = self._nested(found[1])
+                if self._is_class(found[1]):  # a class used as a decorator: its instance wraps the def
+                    wrappers = [f"{found[1]}.{n}" for n in ("__init__", "__call__", "__get__")
+                                if f"{found[1]}.{n}" in self.defs]
+                refs.extend(Reference(d.qname, w, path, d.first_line, "implicit") for w in wrappers)
         imported.discard(module)
         refs.sort(key=_by_line)
         unresolved.sort(key=_by_line)
-        return refs, unresolved, imported, dispatched
+        collected = self.collected_tests(facts) if facts.test_file else []
+        return refs, unresolved, imported, dispatched, collected
 
