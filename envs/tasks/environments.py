@@ -19,4 +19,11 @@ key             meaning
 
 The install steps these keys imply (``pre_install``, ``install``, ``pip``) are built at the sandbox's level, where
 environments are made: :mod:`repogym.envs.sandbox.install`. This module only describes the keys.
+
+Where a setup comes from: a suite's author, the built-in table of SWE-bench's repositories
+(:mod:`repogym.envs.tasks.swebench_envs`), or inference from the repository at its base commit
+(:mod:`repogym.envs.tasks.infer_env`). An inferred setup is plain data like the others (edit it freely); the task
+keeps beside it, at its top level and outside ``setup`` (so it never splits an environment), ``setup_inferred``:
+which file decided the Python, each pin and its asker, the install step and the runner, and notes on what was
+left out (docs/environments.md).
 """

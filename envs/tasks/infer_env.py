@@ -166,9 +166,15 @@ def read_project(project: ProjectFiles) -> _Found:
             _read_conda(path, files[path], found)
     if "pytest.ini" in files or "conftest.py" in files:
         found.pytest_config = found.pytest_config or ("pytest.ini" if "pytest.ini" in files else "conftest.py")
-    found.extensions = found.extensions or next(
-        (p for p in project.paths if p.endswith((".pyx", ".c", ".cpp")) and not p.startswith(("docs/", "doc/"))), "")
+    found.extensions = found.extensions or next((p for p in project.paths if _source_of_extension(p)), "")
     return found
+
+
+def _source_of_extension(path: str) -> bool:
+    """A C, C++ or Cython source outside tests, docs and examples (their files are data, not the project's code)."""
+    folders = path.lower().split("/")[:-1]
+    return path.endswith((".pyx", ".c", ".cpp")) and not any(
+        f.startswith(("test", "doc", "example", "bench", "fixture")) for f in folders)
 
 
 def _left_out(name: str) -> bool:
