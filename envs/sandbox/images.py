@@ -182,9 +182,24 @@ _VENDOR_STAND_IN = """\
 # repogym: pip's copy of NAME was removed (it could hold a later version of a task's project, the fix included);
 # the environment's own copy (the task's base) stands in.
 import importlib
+import os
 import sys
 
-_real = importlib.import_module("NAME")
+try:
+    _real = importlib.import_module("NAME")
+except ImportError:  # `python -m pip` drops its working folder from sys.path: the repository's copy is there
+    for _folder in (os.getcwd(), os.path.join(os.getcwd(), "src")):
+        sys.path.insert(0, _folder)
+        try:
+            _real = importlib.import_module("NAME")
+            break
+        except ImportError:
+            continue
+        finally:
+            sys.path.remove(_folder)
+    else:
+        raise ImportError("repogym removed pip's vendored NAME (setup.hide_vendored) and no NAME is importable here "
+                          "(the environment, the working folder): pip needs one") from None
 for _key, _module in list(sys.modules.items()):
     if _key == "NAME" or _key.startswith("NAME."):
         sys.modules["pip._vendor." + _key] = _module
