@@ -82,7 +82,8 @@ build-backend = "flit_core.buildapi"
 [project]
 name = "tinyproj"
 requires-python = ">=3.8"
-dependencies = ["click>=8.0", "colorama; platform_system == 'Windows'", "tinyproj-plugin"]
+dependencies = ["click>=8.0", "colorama; platform_system == 'Windows'", "tinyproj-plugin",
+                "tomli>=1; python_version < '3.11'"]
 classifiers = ["Programming Language :: Python :: 3.9", "Programming Language :: Python :: 3.12"]
 
 [project.optional-dependencies]
@@ -194,6 +195,9 @@ def test_unreachable_pypi_leaves_requirements_unpinned_and_says_so(tmp_path):
     result = inferred(tmp_path, files, FakeIndex(down=True))
     assert "PyPI could not be reached" in result.provenance["pypi"]
     assert "click>=8.0" in result.setup["pip"] and "freezegun" in result.setup["pip"]
+    # Markers are evaluated for the Python here (3.9), not passed on: no quote reaches the image's build.
+    assert "tomli>=1" in result.setup["pip"] and not any("'" in p or '"' in p for p in result.setup["pip"])
+    assert not any(p.startswith("colorama") for p in result.setup["pip"])
     assert result.setup["install"] == EDITABLE
 
 

@@ -568,6 +568,15 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
                                                           if n not in picked]
 
 
+def _unpinned(roots: list[tuple[str, str]], python: str) -> list[str]:
+    """The requirements that apply to ``python`` as ``name<specifier>``, one per project, markers and URLs dropped:
+    only characters a requirement's name and specifier allow reach the environment's build (never quotes)."""
+    wants: dict[str, _Want] = {}
+    for line, source in roots:
+        _want(wants, line, source, python, None)
+    return [name + ",".join(s for s, _ in want.specs if s) for name, want in sorted(wants.items())]
+
+
 def _want(wants: dict[str, _Want], line: str, source: str, python: str, date: datetime.datetime | None) -> None:
     requirement = _parse(line)
     if requirement is None or requirement.url or not _applies(requirement, python):
@@ -635,7 +644,7 @@ def infer(project: ProjectFiles, *, pypi: PyPI | None = None) -> Inference:
         notes += left_out
         provenance["pypi"] = "pinned as of the commit's date"
     except InfraError as exc:
-        pins = sorted({r for r, _ in roots + (build if installs else [])}, key=str.lower)
+        pins = _unpinned(roots + (build if installs else []), python)
         provenance["pypi"] = f"PyPI could not be reached ({exc.message}): requirements left unpinned"
     if notes:
         provenance["notes"] = notes

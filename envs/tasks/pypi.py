@@ -96,7 +96,11 @@ class PyPI:
         if data is None:
             url = f"{self.index_url}/{key}/json"
             body = self.fetch(url)
-            data = {"fetched": time.time(), "project": _absolute(json.loads(body), url) if body is not None else None}
+            try:
+                project = _absolute(json.loads(body), url) if body is not None else None
+            except (json.JSONDecodeError, UnicodeDecodeError, AttributeError) as exc:  # a proxy's error page, say
+                raise InfraError("tasks.pypi", f"{url}: the answer is not PyPI's JSON ({exc})") from None
+            data = {"fetched": time.time(), "project": project}
             _write(path, json.dumps(data).encode())
         self._projects[key] = data["project"]
         return data["project"]
