@@ -34,9 +34,11 @@ from repogym.envs.core.bugs import report_bug
 from repogym.envs.core.errors import (
     ConfigError, ForkRefused, InfraError, InternalError, SandboxError, SandboxKilledByAgent, SandboxRefused)
 from repogym.envs.rewards import EvalRecord, grade
+from repogym.envs.rewards.evaluate import prepared
 from repogym.envs.rewards.components import EpisodeFacts, RewardConfig, compute_reward
 from repogym.envs.rewards.facts import analyze_sandbox, ran_tests_since_last_edit, tests_since_last_edit
 from repogym.envs.sandbox import SandboxConfig, SandboxRequestError, default_backend, sandbox_factory
+from repogym.envs.sandbox.cleanup import close_later
 from repogym.envs.sandbox.pool import SandboxPool
 from repogym.envs.core.status import Status, excluded
 from repogym.envs.tasks.repos import repo_path, snapshot
@@ -208,9 +210,16 @@ class RepoTaskEnv(gym.Env):
         return self._sandbox
 
     def _grading_pool(self, task: Task) -> SandboxPool:
-        if task.env_key not in self._pools:
-            self._pools[task.env_key] = SandboxPool(self._factory(task), self.config.eval_pool_size)
-        return self._pools[task.env_key]
+        # Sandboxes health-checked and holding the task's base as they are pooled (evaluate.prepared): a grading starts
+        # at the patch. One pool per task's base; the last task's pools go when the task changes (a fork still
+        # grading one of them gets a sandbox started for it: a closed pool's acquire starts one).
+        key = f"{task.env_key}/{snapshot(task).key}"
+        if key not in self._pools:
+            if self._owns_pools:
+                for old in [k for k in self._pools if k != key]:
+                    close_later(self._pools.pop(old))  # a reset does not wait for containers' removal
+            self._pools[key] = SandboxPool(prepared(self._factory(task), task), self.config.eval_pool_size)
+        return self._pools[key]
 
     def _fork_pool(self, task: Task) -> SandboxPool:
         if task.env_key not in self._fork_pools:
@@ -469,7 +478,8 @@ class RepoTaskEnv(gym.Env):
             self._sandbox.dirty_reason = self._sandbox.dirty_reason or str(exc)
             return EvalRecord(self.task.instance_id, Status.INFRA_ERROR, error=exc.record()), ""
         try:
-            return grade(self.task, patch, self._grading_pool(self.task).acquire, timeout=self.config.eval_timeout), patch
+            return grade(self.task, patch, self._grading_pool(self.task).acquire, timeout=self.config.eval_timeout,
+                         checked=True), patch
         except InternalError:  # a bug below, already reported (strict mode raises it)
             raise
         except Exception as exc:  # grade turns every failure of the agent or the world into a record: this is ours

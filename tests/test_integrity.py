@@ -387,7 +387,8 @@ def test_local_sandbox_shows_no_host_path_beyond_what_it_needs(tiny_task):
         # The base interpreter (at a fixed place when it is outside the system folders: no host path of it shows),
         # and the task's own virtualenv at /.repogym-python: not repogym's environment.
         prefixes = [] if base_mounted() else [Path(sys.base_prefix).resolve()]
-        allowed = set(SYSTEM_DIRS) | {"dev", "proc", "tmp", "repo", ".repogym", ".repogym-python"} | {
+        # and the warm bytecode of both, read-only, at /.repogym-bytecode (envs/sandbox/bytecode.py).
+        allowed = set(SYSTEM_DIRS) | {"dev", "proc", "tmp", "repo", ".repogym", ".repogym-python", ".repogym-bytecode"} | {
             p.parts[1] for p in prefixes} | ({BASE_MOUNT.strip("/")} if base_mounted() else set())
         assert top <= allowed, top - allowed
         if base_mounted():

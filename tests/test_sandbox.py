@@ -175,3 +175,27 @@ def test_the_agent_cannot_signal_the_runner(sandbox):
     for attack in ("kill -9 $PPID", "kill -9 -1", "pkill -9 -f runner.py", "kill -STOP $PPID"):
         sandbox.run(attack + "; true", timeout=10)
         assert sandbox.run("echo alive", timeout=10).stdout == "alive\n", attack
+
+
+def test_test_runs_read_warm_bytecode_that_nothing_in_the_sandbox_can_write(backend):
+    from repogym.envs.sandbox import bytecode
+    make_sandbox(backend, SandboxConfig(run_id="pytest")).close()  # the first start fills it in the background
+    bytecode.wait()
+    box = make_sandbox(backend, SandboxConfig(run_id="pytest"))
+    try:
+        prefix = box.bytecode_prefix
+        assert prefix, "a sandbox started after the fill has the warm prefix"
+        # Warm: pytest's own modules are there, compiled for the interpreter the tests use...
+        found = box.run(f"python -c \"import importlib.util as u, sys, _pytest.main as m; sys.pycache_prefix = '{prefix}';"
+                        f" import os; print(os.path.isfile(u.cache_from_source(m.__file__)))\"")
+        assert found.stdout.strip() == "True", found.stdout + found.stderr
+        # ...and read by a run: a module of pytest's comes from there, not from source.
+        verbose = box.run(f"PYTHONPYCACHEPREFIX={prefix} python -v -c 'import _pytest.main' 2>&1 | grep -c 'code object from .{prefix}'")
+        assert int(verbose.stdout.strip() or 0) > 10
+        # Nothing of the repository's is in it, and nothing the agent runs can put anything there.
+        assert box.run(f"find {prefix} -path '*{box.repo_dir}/*' | head -1").stdout.strip() == ""
+        for attack in (f"touch {prefix}/x", f"mkdir -p {prefix}{box.repo_dir}/pkg",
+                       f"cp /dev/null {prefix}/usr/x.pyc", f"chmod 777 {prefix}"):
+            assert not box.run(attack).ok, attack
+    finally:
+        box.close()

@@ -2,7 +2,8 @@
 
 Steps: drop tampering from the agent's diff (:mod:`repogym.envs.rewards.tamper`); start a fresh sandbox of the
 task's environment and run its health check (a trivial command answers, the interpreter starts with
-pytest) and load the base commit; apply the filtered diff; ask git what really changed and put back any
+pytest) and load the base commit (both done ahead, while the agent works, for sandboxes from a warm pool of
+:func:`prepared` ones); apply the filtered diff; ask git what really changed and put back any
 test file, start-up hook, shadowing module, bytecode or pytest section the diff still reached; add the
 task's hidden ``test_patch``; rewrite each FAIL_TO_PASS test (and a sample of PASS_TO_PASS) into itself and its
 must-fail twins under fresh names (:mod:`repogym.envs.rewards.twins`);
@@ -51,6 +52,7 @@ from repogym.envs.rewards.guards import check_run, harness_reach, tripped
 from repogym.envs.rewards.ids import MISSING, PASSED, django_id, outcomes_of
 from repogym.envs.rewards.tamper import (
     CONFIG_WITH_PYTEST_SECTION, RUNNER_FILES, filter_patch, is_tamper_path, pytest_section)
+from repogym.envs.sandbox.cleanup import close_later
 from repogym.envs.sandbox.base import Sandbox
 from repogym.envs.sandbox.testrun import django_label, run_test_command, runner_name
 from repogym.envs.core.status import Status
@@ -181,9 +183,30 @@ def health_check(sandbox: Sandbox, runner: str = "pytest") -> None:
                                     f"{(result.stdout + result.stderr).strip()[-400:]}")
 
 
+def prepared(make_sandbox: Callable[[], Sandbox], task: Task) -> Callable[[], Sandbox]:
+    """``make_sandbox`` whose sandboxes passed :func:`health_check` for ``task``'s runner and hold its base (one that
+    fails either is closed, its error raised): the factory of a warm :class:`~repogym.envs.sandbox.pool.SandboxPool`
+    for grading ``task``, so both are done while the agent works; :func:`grade` (``checked=True``) then starts at the
+    patch. Nothing of the agent's has run in them: a failure here is the infrastructure's, as it is in :func:`grade`."""
+    runner = runner_name(task.setup)
+
+    def make() -> Sandbox:
+        sandbox = make_sandbox()
+        try:
+            health_check(sandbox, runner)
+            sandbox.load(snapshot(task))
+        except BaseException:
+            sandbox.close()
+            raise
+        return sandbox
+    return make
+
+
 def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeout: float = 900.0,
-          retries: int = 1) -> EvalRecord:
-    """Grade ``patch`` for ``task``, each attempt in a new sandbox from ``make_sandbox``.
+          retries: int = 1, checked: bool = False) -> EvalRecord:
+    """Grade ``patch`` for ``task``, each attempt in a new sandbox from ``make_sandbox``; ``checked``: its sandboxes
+    passed :func:`health_check` already (a factory from :func:`prepared`), so it is not run again. A sandbox that
+    holds the task's base already (:attr:`Sandbox.snapshot_key`, as :func:`prepared` makes them) is not loaded again.
 
     Never raises but for a bug of ours in strict mode: a bug (an exception neither the agent's patch nor the
     infrastructure explains) is :func:`report_bug`'d and graded ``internal_error`` (excluded), never a 0."""
@@ -197,8 +220,11 @@ def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeou
         sandbox = None
         try:
             sandbox = make_sandbox()
-            health_check(sandbox, runner)
-            sandbox.load(snapshot(task))
+            if not checked:
+                health_check(sandbox, runner)
+            snap = snapshot(task)
+            if sandbox.snapshot_key != snap.key:
+                sandbox.load(snap)
         except InternalError:  # a bug below, already reported (strict mode): not infrastructure
             if sandbox is not None:
                 sandbox.close()
@@ -230,7 +256,7 @@ def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeou
         except Exception as exc:  # a bug of ours, not the patch's: excluded, never a 0 that is trained on
             return _internal_error(task, report_bug("rewards.grade", exc), dropped, attempt, start, reach)
         finally:
-            sandbox.close()
+            close_later(sandbox)  # the record does not wait for the container's removal
         record.attempts, record.duration_s, record.harness_reach = attempt, time.monotonic() - start, reach
         return record
     return EvalRecord(task.instance_id, Status.INFRA_ERROR, dropped=dropped, error=last.record(),

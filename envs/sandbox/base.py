@@ -89,6 +89,10 @@ class Sandbox(Protocol):
     can be reset instead of loaded again."""
     base_tree: str | None
     """:meth:`tree_id` of the base commit (set by :meth:`load` and :meth:`import_state`), ``None`` before."""
+    bytecode_prefix: str | None
+    """A read-only folder of bytecode compiled from the sandbox interpreter's own files (never the repository's), that
+    test runs use as their ``PYTHONPYCACHEPREFIX`` (:mod:`repogym.envs.sandbox.bytecode`); ``None`` when there is
+    none (yet): each run then starts from an empty prefix of its own."""
     dirty_reason: str | None
     """Why a reset can no longer be trusted to restore this sandbox (its runner died, a request failed), or ``None``.
     Callers set it too, when an operation of theirs failed half-way; a dirty sandbox is replaced, never reused."""
@@ -171,6 +175,7 @@ class RunnerClient:
         self.config = config or SandboxConfig()
         self.snapshot_key: str | None = None
         self.base_tree: str | None = None
+        self.bytecode_prefix: str | None = None
         """:meth:`tree_id` of the base commit (set by :meth:`load`)."""
         self.dirty_reason: str | None = None
         """Set when a reset cannot be trusted to restore the sandbox (dead runner, failed request)."""

@@ -21,6 +21,7 @@ import logging
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from repogym.envs.core.bugs import report_bug
@@ -33,7 +34,7 @@ _lock = threading.Lock()
 _sandboxes: dict[int, Any] = {}  # id -> a live sandbox (closed ones unregister)
 _pools: dict[int, Any] = {}
 _exiting = threading.Event()
-_state = {"installed": False, "docker": False}
+_state: dict[str, Any] = {"installed": False, "docker": False}
 POOL_WAIT_S = 20.0  # at exit, how long all pools together wait for the sandbox starts they have in progress
 
 
@@ -78,6 +79,28 @@ def register_pool(pool: Any) -> None:
 def unregister_pool(pool: Any) -> None:
     with _lock:
         _pools.pop(id(pool), None)
+
+
+def close_later(sandbox: Any) -> None:
+    """Close ``sandbox`` (or a warm pool) on a background thread, so its caller does not wait for a container's
+    removal. It stays registered until closed: an exit in between closes it with the rest. Once the process is
+    exiting, closes now."""
+    with _lock:
+        if not _exiting.is_set():
+            if "closer" not in _state:
+                _state["closer"] = ThreadPoolExecutor(max_workers=2, thread_name_prefix="repogym-close")
+            _state["closer"].submit(_close_logged, sandbox)
+            return
+    sandbox.close()
+
+
+def _close_logged(sandbox: Any) -> None:
+    try:
+        sandbox.close()
+    except (SandboxError, OSError) as exc:  # the backend: its daemon, a dead sandbox's processes or files
+        log.warning("closing %r failed: %s", sandbox, exc)
+    except Exception as exc:  # a bug of ours: reported (logged with its traceback, counted)
+        report_bug("sandbox.cleanup.close_later", exc)
 
 
 def exiting() -> bool:

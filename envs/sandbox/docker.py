@@ -26,6 +26,7 @@ import time
 import uuid
 
 from repogym.envs.core.errors import RunnerExited, RunnerTimeout, SandboxError, SandboxRequestError, SandboxUnavailable
+from repogym.envs.sandbox.bytecode import BYTECODE_MOUNT, docker_volume
 from repogym.envs.sandbox.base import REPO_DIR, WRITABLE, RunnerClient, SandboxConfig
 from repogym.envs.sandbox.cleanup import register_sandbox, unregister_sandbox
 from repogym.envs.sandbox.docker_client import daemon_errors, docker_client
@@ -76,11 +77,13 @@ class DockerSandbox(RunnerClient):
         # Recorded before the daemon makes it: an exit at any moment from here on removes it (by name or owner label).
         register_sandbox(self, docker=True)
         try:
+            volume = docker_volume(self.client, self.image, repo_dir)
             self.container = self.client.containers.run(
                 self.image, ["sleep", "infinity"], name=self.name, detach=True, labels=labels,
                 network_mode="none", mem_limit=self.config.memory, memswap_limit=self.config.memory,
                 nano_cpus=int(self.config.cpus * 1e9), pids_limit=self.config.pids, user="root",
                 working_dir=repo_dir, init=True, read_only=True,
+                volumes={volume: {"bind": BYTECODE_MOUNT, "mode": "ro"}},
                 tmpfs={**{path: f"rw,exec,size={size},uid={AGENT_UID},gid={AGENT_UID},mode=0755"
                           for path, size in writable.items()},
                        # Root's, where test runs are staged (inside/runner.py `stage`): the agent cannot fill or chmod it.
@@ -89,6 +92,7 @@ class DockerSandbox(RunnerClient):
                 cap_drop=["ALL"], cap_add=["SETUID", "SETGID"], security_opt=["no-new-privileges"],
                 environment={"HOME": "/home/agent", "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8",
                              **self.config.env})
+            self.bytecode_prefix = BYTECODE_MOUNT
             api = self.client.api
             exec_id = api.exec_create(self.container.id, [python, "-I", f"{self.inside_dir}/runner.py", repo_dir],
                                       stdin=True, stdout=True, stderr=True, user="root",

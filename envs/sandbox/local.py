@@ -43,6 +43,7 @@ from pathlib import Path
 from repogym.envs.core.errors import RunnerExited, RunnerTimeout, SandboxError, SandboxUnavailable
 from repogym.envs.core.paths import cache_dir
 from repogym.envs.core.paths import task_repos_dir
+from repogym.envs.sandbox.bytecode import BYTECODE_MOUNT, local_folder
 from repogym.envs.sandbox.base import INSIDE_DIR, REPO_DIR, WRITABLE, RunnerClient, SandboxConfig
 from repogym.envs.sandbox.cgroups import Cgroup, parse_bytes
 from repogym.envs.sandbox.cleanup import register_sandbox, unregister_sandbox
@@ -128,6 +129,17 @@ def _hidden_paths(extra: tuple[str, ...] = ()) -> list[Path]:
 _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="repogym-local-spawner")
 
 
+def _bytecode_folder(env: Path) -> Path | None:
+    """The warm bytecode of the virtualenv ``env`` as sandboxes see it (:mod:`repogym.envs.sandbox.bytecode`):
+    its site-packages at :data:`ENV_MOUNT`, the base interpreter's standard library where it is mounted."""
+    lib = f"lib/python{sys.version_info.major}.{sys.version_info.minor}"
+    base = Path(sys.base_prefix).resolve()
+    stdlib_view = f"{BASE_MOUNT}/{lib}" if base_mounted() else str(base / lib)
+    views = [(env / lib / "site-packages", f"{ENV_MOUNT}/{lib}/site-packages"), (base / lib, stdlib_view)]
+    # The base's own site-packages is not the sandbox's (repogym itself may be installed there).
+    return local_folder(env, views, excluded=[f"{stdlib_view}/site-packages", f"{stdlib_view}/dist-packages"])
+
+
 class LocalSandbox(RunnerClient):
     """A sandbox made of a bubblewrap namespace and a host folder holding the repository."""
 
@@ -210,7 +222,12 @@ class LocalSandbox(RunnerClient):
         # The root is bwrap's tmpfs holding the /bin, /lib symlinks: read-only, or `rm -rf /` breaks every exec.
         # The environment is cleared: nothing of the host's (tokens, keys) reaches the sandbox.
         # The task's virtualenv at a fixed place of its own (the cache may be anywhere, /tmp included).
-        cmd += [*ro_bind(python_prefix, ENV_MOUNT), *ro_bind(INSIDE_DIR, INSIDE_MOUNT), "--remount-ro", "/",
+        cmd += [*ro_bind(python_prefix, ENV_MOUNT), *ro_bind(INSIDE_DIR, INSIDE_MOUNT)]
+        warm = _bytecode_folder(python_prefix)
+        if warm is not None:
+            cmd += ro_bind(warm, BYTECODE_MOUNT)
+            self.bytecode_prefix = BYTECODE_MOUNT
+        cmd += ["--remount-ro", "/",
                 "--chdir", REPO_DIR, "--clearenv"]
         library_path = {"LD_LIBRARY_PATH": f"{BASE_MOUNT}/lib"} if base_mounted() else {}
         for key, value in {"HOME": "/tmp", "PATH": f"{ENV_MOUNT}/bin:/usr/local/bin:/usr/bin:/bin",

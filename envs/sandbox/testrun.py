@@ -13,8 +13,9 @@ optional ``VAR=value`` assignments) is run through the launcher (``inside/repogy
   standard library, pytest or the plugin;
 - ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` (no ``pytest11`` entry point of any distribution loads) with the
   report plugin named by ``-p``; ``PYTEST_ADDOPTS``/``PYTEST_PLUGINS`` emptied;
-- bytecode read from and written to a harness-private cache (``PYTHONPYCACHEPREFIX``), never the tree's
-  ``__pycache__``;
+- bytecode read only from a harness prefix (``PYTHONPYCACHEPREFIX``), never the tree's ``__pycache__``, and
+  never written: the sandbox's warm read-only prefix (the interpreter's own files compiled once,
+  :mod:`repogym.envs.sandbox.bytecode`), else an empty one of the run's own;
 - each test result streamed out of the test process as it happens, to an outer process that runs no code of
   the repository, is not dumpable, and records pytest's real exit status and its last summary line in a
   frame line keyed with a secret the test process never sees. A report file that does not hash to the frame
@@ -224,8 +225,8 @@ def run_test_command(sandbox: Sandbox, test_command: str, files: list[str] | Non
     args = " ".join(shlex.quote(a) for a in (extra_args or []))
     args += f" -p {plugin} " + " ".join(shlex.quote(f) for f in files or [])
     launch = launch_command(test_command)
-    env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": f"{folder}/pycache", "PYTEST_ADDOPTS": "",
-           "PYTEST_PLUGINS": "", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env = {**_bytecode_env(sandbox, folder), "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": "",
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     if launch:
         assignments, python, mode, rest = launch
         # exec: the shell becomes the launcher, so no process but the (non-dumpable) launcher holds the run.
@@ -252,7 +253,7 @@ def _run_script(sandbox: Sandbox, test_command: str, files: list[str], timeout: 
     folder = _stage(sandbox, nonce, key, {f"{launcher}.py": "repogym_launch.py", f"{reporter}.py": f"repogym_{kind}.py"})
     targets = [django_label(f) for f in files] if runner == "django" else [f.split("::", 1)[0] for f in files]
     args = " ".join(shlex.quote(t) for t in dict.fromkeys(targets))
-    env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": f"{folder}/pycache"}
+    env = _bytecode_env(sandbox, folder)
     if runner == "sympy":
         # sympy reruns its tests in a child interpreter (for hash randomization) unless a seed is set; there
         # the harness's reporter would not be. A random seed, set here, is what that child would have had.
@@ -273,6 +274,13 @@ def _run_script(sandbox: Sandbox, test_command: str, files: list[str], timeout: 
         run.problems.append(f"the {runner} test command cannot run under the harness's launcher (shell syntax in it)")
         return run
     return _read_stream(result.stdout, result.stderr, raw, key, runner=runner)
+
+
+def _bytecode_env(sandbox: Sandbox, folder: str) -> dict[str, str]:
+    """Bytecode only from the harness's prefix: the sandbox's warm read-only one, else one of the run's own (empty);
+    never written (the launcher passes the same to the test process)."""
+    prefix = sandbox.bytecode_prefix or f"{folder}/pycache"
+    return {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": prefix, "REPOGYM_BYTECODE": prefix}
 
 
 # The agent's own scratch folders, where a run is staged when the runner has no place of its own (local), in order.

@@ -136,7 +136,9 @@ def outer(mode, args):
     _undumpable()
     stream_r, stream_w = os.pipe()
     env = dict(os.environ)
-    env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": os.path.join(FOLDER, "pycache"),
+    # The harness's prefix (a read-only warm one, see envs/sandbox/bytecode.py), else one of this run's own.
+    prefix = env.pop("REPOGYM_BYTECODE", "") or os.path.join(FOLDER, "pycache")
+    env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": prefix,
                 "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": "",
                 "REPOGYM_STREAM_FD": str(stream_w)})
     env.pop("PYTHONSTARTUP", None)

@@ -1,0 +1,166 @@
+"""Grading cost, phase by phase, beside the floor: a bare ``python -m pytest`` of the same tests.
+
+For each task (default: the first two tasks of each bundled repository) and each round, the gold patch is
+graded as ``submit`` grades it: a sandbox from a warm pool of ones health-checked and holding the base (as the
+env's ``eval_pool_size`` keeps one), the patch applied, the tamper revert, the ``test_patch``, the twins planted, the
+launcher's run and the report read. Every sandbox call is timed through a recording proxy and put under its
+phase, so the sum of the phases is the grading. Beside it, in the same rounds: the floor, a bare
+``python -m pytest -p no:cacheprovider <the files of the FAIL_TO_PASS + PASS_TO_PASS ids>`` (what grading runs) in a sandbox that already holds
+the gold tree (what the tests themselves cost, with nothing of the harness).
+
+Goal (issue 43): grading p50 <= 1.3x the floor, with every guard on. Run:
+``python -m benchmarks.grading [--backend docker] [--rounds 2] [--tasks ID,ID]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import sys
+import time
+from collections import defaultdict
+from typing import Any
+
+from repogym.envs.rewards import grade
+from repogym.envs.rewards.evaluate import prepared, run_targets
+from repogym.envs.sandbox import SandboxConfig, make_sandbox
+from repogym.envs.sandbox.pool import SandboxPool
+from repogym.envs.tasks.repos import repo_path, snapshot
+from repogym.envs.tasks.suites import load_suite
+
+
+def phase_of(method: str, what: str) -> str:
+    """The grading phase a sandbox call belongs to, read from the call itself."""
+    if method != "run":
+        return {"load": "base load", "write_file": "writes", "read_file": "reads"}.get(method, method)
+    for needle, phase in (("import pytest", "health check"), ("import sys", "health check"), ("true", "health check"),
+                          (".repogym-agent.patch", "patch apply"), ("git add -A -f", "tamper list"),
+                          ("git checkout repogym-base", "tamper revert"), (".repogym-test.patch", "test_patch"),
+                          ("/key)", "stage launcher"), ("launch_", "test run"), ("cat ", "report read")):
+        if what.startswith(needle) or (needle in what and needle not in ("true",)):
+            return phase
+    return "other: " + what[:40]
+
+
+class Recording:
+    """A sandbox whose calls are timed into ``phases`` (seconds per phase)."""
+
+    def __init__(self, inner: Any, phases: dict[str, float]):
+        self._inner, self._phases = inner, phases
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name not in ("run", "load", "write_file", "read_file") or not callable(attr):
+            return attr
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                what = str(args[0]) if args and name == "run" else ""
+                self._phases[phase_of(name, what)] += time.perf_counter() - start
+        return timed
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def pick_tasks(ids: list[str] | None, per_repo: int = 2):
+    tasks = load_suite("builtin")
+    if ids:
+        wanted = {t.instance_id: t for t in tasks}
+        missing = [i for i in ids if i not in wanted]
+        if missing:
+            raise SystemExit(f"unknown task id(s): {missing}")
+        return [wanted[i] for i in ids]
+    picked, seen = [], defaultdict(int)
+    for task in tasks:
+        repo = task.instance_id.split("__")[1].split("-")[0]
+        if seen[repo] < per_repo:
+            seen[repo] += 1
+            picked.append(task)
+    return picked
+
+
+def bare_run(sandbox, task) -> float:
+    """Seconds for a bare pytest of what grading runs (the files of the graded ids), in a sandbox holding the gold
+    tree and the hidden tests."""
+    targets = " ".join(shlex.quote(t) for t in run_targets(task))
+    start = time.perf_counter()
+    result = sandbox.run(f"python -m pytest -q -p no:cacheprovider {targets}", timeout=600)
+    seconds = time.perf_counter() - start
+    if not result.ok:
+        raise SystemExit(f"{task.instance_id}: the bare run failed:\n{result.stdout[-2000:]}{result.stderr[-1000:]}")
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", default="docker", choices=["docker", "local"])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--tasks", default="", help="comma-separated task ids (default: two per bundled repository)")
+    args = parser.parse_args(argv)
+    tasks = pick_tasks([t for t in args.tasks.split(",") if t] or None)
+    grades, floors = [], []
+    phases_all: dict[str, list[float]] = defaultdict(list)
+    for task in tasks:
+        hidden = (str(repo_path(task)),) if args.backend == "local" else ()
+        config = SandboxConfig(run_id="bench-grading", hidden_paths=hidden)
+        kwargs = {"image": _image(task)} if args.backend == "docker" else {}
+        pool = SandboxPool(prepared(lambda: make_sandbox(args.backend, config, **kwargs), task), size=1)
+        floor_box = make_sandbox(args.backend, config, **kwargs)
+        try:
+            floor_box.load(snapshot(task))
+            for patch in (task.patch, task.test_patch):
+                floor_box.write_file(".p", patch.encode())
+                assert floor_box.run("git apply .p && rm .p").ok
+            bare_run(floor_box, task)  # warm the page cache and bytecode alike for both sides
+            for _ in range(args.rounds):
+                time.sleep(0.5)  # the pool refills, as it does while an agent works
+                phases: dict[str, float] = defaultdict(float)
+                acquire_s = []
+
+                def acquire():
+                    start = time.perf_counter()
+                    box = pool.acquire()
+                    acquire_s.append(time.perf_counter() - start)
+                    return Recording(box, phases)
+                start = time.perf_counter()
+                record = grade(task, task.patch, acquire, checked=True)
+                total = time.perf_counter() - start
+                if not record.resolved:
+                    raise SystemExit(f"{task.instance_id}: gold graded {record.status}: {record.error}")
+                phases["pool acquire"] += sum(acquire_s)
+                phases["host (filter, twins, checks)"] += total - sum(phases.values())
+                grades.append(total)
+                floors.append(bare_run(floor_box, task))
+                for name, seconds in phases.items():
+                    phases_all[name].append(seconds)
+        finally:
+            floor_box.close()
+            pool.close()
+        print(f"  {task.instance_id}: grade {grades[-1] * 1000:.0f} ms, bare {floors[-1] * 1000:.0f} ms, "
+              f"targets {run_targets(task)}", file=sys.stderr)
+    n = len(grades)
+    print(f"grading on {args.backend}: {len(tasks)} tasks x {args.rounds} rounds")
+    print(f"  grade p50 {pct(grades, .5) * 1000:7.0f} ms   p90 {pct(grades, .9) * 1000:7.0f} ms")
+    print(f"  bare  p50 {pct(floors, .5) * 1000:7.0f} ms   p90 {pct(floors, .9) * 1000:7.0f} ms")
+    ratios = [g / f for g, f in zip(grades, floors)]
+    print(f"  ratio p50 {statistics.median(ratios):.2f}x (goal <= 1.3x)")
+    print("  phases (mean ms per grading):")
+    for name, values in sorted(phases_all.items(), key=lambda kv: -sum(kv[1])):
+        print(f"    {name:<30} {sum(values) / n * 1000:7.1f}")
+    return 0
+
+
+def _image(task) -> str:
+    from repogym.envs.sandbox.images import ensure_env_image
+    return ensure_env_image(task.setup)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
