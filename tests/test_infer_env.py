@@ -271,3 +271,47 @@ def test_infer_mode_keeps_the_image_of_a_row_it_cannot_serve_and_says_why(tmp_pa
     assert "is not in mirror" in task.extra["setup_inferred"]["failed"]
     assert infer_for_repo("tinyorg/tinyproj", mirrored).setup == convert_row(
         {**ROW, "base_commit": mirrored}, environments="infer").setup
+
+
+def test_the_import_command_infers_with_environments_infer(tmp_path, monkeypatch, mirrored, capsys):
+    from repogym.cli import main
+    monkeypatch.setenv("REPOGYM_MIRRORS", str(tmp_path / "mirrors"))
+    rows, out = tmp_path / "rows.jsonl", tmp_path / "tasks.jsonl"
+    rows.write_text(json.dumps({**ROW, "base_commit": mirrored}) + "\n")
+    assert main(["tasks", "import", str(rows), "--out", str(out), "--environments", "infer"]) == 0
+    record = json.loads(out.read_text())
+    assert record["setup"]["python"] == "3.9" and "click==8.1.3" in record["setup"]["pip"]
+    assert record["setup_inferred"]["install"] == "pip install -e . (pyproject.toml)"
+
+
+# -- end to end: a row with no table entry, inferred against the real PyPI, validated on docker ---------------
+
+CALC = "def clamp(x, low, high):\n    return max(low, min(x, high))\n"
+
+
+@pytest.mark.docker
+def test_an_inferred_row_validates_on_docker(tmp_path, monkeypatch):
+    from repogym.envs.rewards.validate import validate_task
+    from repogym.envs.sandbox import SandboxConfig, sandbox_factory
+    from tests.conftest import require_backend
+    require_backend("docker")
+    mirror = tmp_path / "mirrors" / "tinyorg__calc"
+    files = {"pyproject.toml": '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = '
+                               '"setuptools.build_meta"\n\n[project]\nname = "calc"\nversion = "0"\n'
+                               'requires-python = ">=3.8"\n',
+             "calc/__init__.py": "", "calc/ops.py": CALC.replace("min(x, high)", "min(x, high - 1)"),
+             "tests/test_ops.py": "from calc.ops import clamp\n\ndef test_low():\n    assert clamp(-5, 0, 10) == 0\n"}
+    base = commit_repo(mirror, files, date="2024-01-01T00:00:00+00:00")
+    gold = "--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -1,2 +1,2 @@\n def clamp(x, low, high):\n" \
+           "-    return max(low, min(x, high - 1))\n+    return max(low, min(x, high))\n"
+    test_patch = "--- a/tests/test_high.py\n+++ b/tests/test_high.py\n@@ -0,0 +1,4 @@\n" \
+                 "+from calc.ops import clamp\n+\n+def test_high():\n+    assert clamp(15, 0, 10) == 10\n"
+    monkeypatch.setenv("REPOGYM_MIRRORS", str(tmp_path / "mirrors"))
+    task = convert_row({"instance_id": "tinyorg__calc-1", "repo": "tinyorg/calc", "base_commit": base,
+                        "problem_statement": "clamp(15, 0, 10) is 9", "patch": gold, "test_patch": test_patch,
+                        "FAIL_TO_PASS": ["tests/test_high.py::test_high"],
+                        "PASS_TO_PASS": ["tests/test_ops.py::test_low"]})
+    assert task.setup["python"] == "3.11" and "pytest==7.4.4" in task.setup["pip"]  # pytest's last of 2023
+    assert task.extra["setup_inferred"]["pypi"] == "pinned as of the commit's date"
+    verdict = validate_task(task, sandbox_factory("docker", task.setup, SandboxConfig(run_id="pytest")), runs=1)
+    assert verdict.ok, (verdict.reasons, verdict.problems, verdict.infra_errors)
