@@ -1,7 +1,8 @@
 """Why a test fails for a cause outside the patch: the sandbox withholds something the test needs.
 
 Validation asks when a PASS_TO_PASS test fails at the base commit (or a FAIL_TO_PASS test under the gold patch):
-:func:`diagnose` runs those tests once more in a fresh sandbox (pytest with full tracebacks) and
+:func:`diagnose` runs those tests once more in a fresh sandbox (pytest with full tracebacks, its plugins' autoload off as in
+grading) and
 :func:`classify` reads each test's own failure text for a cause of :data:`CAUSES`:
 
 - ``needs_network``: the failure shows the network missing (DNS that cannot resolve, a network or host that
@@ -111,9 +112,11 @@ def diagnose(task: Task, tests: list[str], make_sandbox: Callable[[], Sandbox], 
                 path = f".repogym-diagnose-{name}-{uuid.uuid4().hex[:8]}.patch"
                 sandbox.write_file(path, text.encode())
                 sandbox.run(f"git apply --whitespace=nowarn {path}; rm -f {path}", timeout=120)
-        # Wide columns: pytest cuts summary lines at the terminal's width. A file that does not import must not
-        # keep the others from running (pytest stops at collection errors).
-        command = (f"COLUMNS=400 {task.test_command} --tb=long -rfE --maxfail=0 --continue-on-collection-errors "
+        # As grading runs pytest (envs/sandbox/testrun.py): no plugin of the environment loads by itself, so a test
+        # that needs one fails here as it does there. Wide columns: pytest cuts summary lines at the terminal's
+        # width. A file that does not import must not keep the others from running.
+        command = (f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTEST_ADDOPTS= PYTEST_PLUGINS= COLUMNS=400 {task.test_command} "
+                   "--tb=long -rfE --maxfail=0 --continue-on-collection-errors "
                    + " ".join(shlex.quote(t) for t in tests))
         done = sandbox.run(command, timeout=timeout, output_limit=8 << 20)
     finally:
