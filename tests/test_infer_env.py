@@ -190,6 +190,26 @@ def test_setup_cfg_and_requirement_files_about_tests(tmp_path):
     assert "setup.cfg [tool:pytest]" in result.provenance["runner"]
 
 
+def test_conda_environment_and_every_ci_workflow_are_read(tmp_path):
+    files = {"setup.py": "from setuptools import setup\nsetup(name='sci')\n",
+             "ci/requirements/environment.yml": "name: test\ndependencies:\n  - python=3.10\n  - numpy>=1.21\n"
+                                                "  - matplotlib-base\n  - hdf5\n  - pip\n  - pip:\n"
+                                                "    - pint==0.19\n",
+             "ci/requirements/doc.yml": "dependencies:\n  - sphinx\n",
+             ".github/workflows/cron.yml": "jobs:\n  t:\n    strategy:\n      matrix:\n"
+                                          "        python-version: ['3.8']\n",
+             ".github/workflows/ci.yml": "jobs:\n  t:\n    strategy:\n      matrix:\n"
+                                        "        python-version: ['3.8', '3.11']\n"}
+    index = FakeIndex(*TOOLS, release("numpy", "1.24.0", "2022-12-18", tag="cp311-cp311-manylinux_2_17_x86_64"),
+                      release("matplotlib", "3.6.3", "2023-01-11", tag="cp311-cp311-manylinux_2_17_x86_64"),
+                      release("pint", "0.19", "2022-04-01"), release("sphinx", "6.1.0", "2023-01-01"))
+    result = inferred(tmp_path, files, index, date="2024-01-01T00:00:00+00:00")
+    assert result.setup["python"] == "3.11"  # the workflows together test up to 3.11
+    assert ".github/workflows" in result.provenance["python"]
+    assert {"numpy==1.24.0", "matplotlib==3.6.3", "pint==0.19"} <= set(result.setup["pip"])
+    assert not any(p.startswith(("sphinx", "hdf5", "python")) for p in result.setup["pip"])
+
+
 def test_unreachable_pypi_leaves_requirements_unpinned_and_says_so(tmp_path):
     files = {"pyproject.toml": PYPROJECT}
     result = inferred(tmp_path, files, FakeIndex(down=True))

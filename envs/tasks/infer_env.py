@@ -70,6 +70,9 @@ lowest supported versions) is not about running the tests."""
 LEFT_OUT_PROJECTS = {"pre-commit", "tox", "twine", "nox", "pip-tools", "check-manifest", "bump2version",
                      "bumpversion", "build", "flake8", "black", "mypy", "sphinx", "ruff", "pip", "python"}
 """Tools a requirement file names that running the tests does not use (``pip`` and ``python`` are the image's)."""
+CONDA_NAMES = {"matplotlib-base": "matplotlib", "dask-core": "dask", "pytables": "tables", "pytorch": "torch",
+               "msgpack-python": "msgpack", "python-graphviz": "graphviz", "hdf5": "python", "netcdf-fortran": "python"}
+"""conda package names that are not PyPI's (``python``: a library with no Python package, left out)."""
 MAX_ROUNDS = 12
 """Rounds of pinning and re-reading the pins' own requirements before the set is taken as it is."""
 FILES_READ = ("pyproject.toml", "setup.cfg", "setup.py", "tox.ini", "environment.yml", "environment.yaml",
@@ -430,7 +433,7 @@ def _yaml(path: str, text: str, found: _Found) -> Any:
 
 def _read_workflow(path: str, text: str, found: _Found) -> None:
     data = _yaml(path, text, found)
-    if found.ci_pythons is not None or not isinstance(data, dict):
+    if not isinstance(data, dict):
         return
     versions: set[str] = set()
 
@@ -445,8 +448,10 @@ def _read_workflow(path: str, text: str, found: _Found) -> None:
             versions.add(str(value))
 
     walk(data)
-    if versions:
-        found.ci_pythons = (sorted(versions, key=Version), path)
+    if versions:  # every workflow counts: a daily job may test only the oldest Python
+        known = set(found.ci_pythons[0]) if found.ci_pythons else set()
+        where = ".github/workflows" if found.ci_pythons else path
+        found.ci_pythons = (sorted(versions | known, key=Version), where)
 
 
 def _read_conda(path: str, text: str, found: _Found) -> None:
@@ -462,6 +467,7 @@ def _read_conda(path: str, text: str, found: _Found) -> None:
             match = re.fullmatch(r"([A-Za-z0-9_.-]+)\s*(?:(==?|>=|<=|<|>)\s*([\w.*]+))?.*", item.strip())
             if match:
                 name, op, version = match.groups()
+                name = CONDA_NAMES.get(name.lower(), name)
                 spec = "" if not op else (f"=={version}" if op == "=" and "*" not in version else
                                           "" if op == "=" else f"{op}{version}")
                 found.requirements.append((name + spec, f"{path} (conda)"))
@@ -618,7 +624,7 @@ def infer(project: ProjectFiles, *, pypi: PyPI | None = None) -> Inference:
     own = canonicalize_name(found.name) if found.name else ""
     # What the harness and the install step need come first: where the project's own ranges disagree with
     # them, the first asker's range is the one kept (see _pick).
-    roots = [(f"pytest{PYTEST_FLOOR[python]}", "the harness (runner pytest)")]
+    roots = [] if own == "pytest" else [(f"pytest{PYTEST_FLOOR[python]}", "the harness (runner pytest)")]
     roots += [(r, who) for r, who in found.requirements
               if (req := _parse(r)) is not None and canonicalize_name(req.name) not in LEFT_OUT_PROJECTS | {own}]
     # Build requirements the install step needs (build isolation is off), at least what editable installs need.
