@@ -210,6 +210,29 @@ def test_conda_environment_and_every_ci_workflow_are_read(tmp_path):
     assert not any(p.startswith(("sphinx", "hdf5", "python")) for p in result.setup["pip"])
 
 
+def test_what_a_chosen_release_requires_wins_over_a_stale_pin_of_the_project(tmp_path):
+    index = FakeIndex(*TOOLS, release("py", "1.4.31", "2015-12-01", tag="py2.py3-none-any"),
+                      release("py", "1.10.0", "2020-12-01"), release("py", "1.11.0", "2021-11-04"))
+    index.metadata[f"{FILES}/pytest-6.2.5-py3-none-any.whl.metadata"] = \
+        b"Metadata-Version: 2.1\nName: pytest\nVersion: 6.2.5\nRequires-Dist: py>=1.8.2\n"
+    result = inferred(tmp_path, {"setup.py": "setup(name='old')\n", "requirements.txt": "py==1.4.31\n"}, index,
+                      date="2016-01-01T00:00:00+00:00")
+    assert "pytest==6.2.5" in result.setup["pip"] and "py==1.10.0" in result.setup["pip"]  # as of pytest's upload
+    assert "no release fits all of them, so >=1.8.2" in result.provenance["pins"]["py"]
+
+
+def test_extras_an_install_line_names_are_followed_through_the_project_s_own_extras(tmp_path):
+    setup_py = ("setup(name='cloudmock', install_requires=['requests'],\n"
+                "      extras_require={'all': ['cloudmock[s3,ec2]'], 's3': ['boto3'], 'ec2': ['sshpubkeys'],\n"
+                "                      'server': ['flask']})\n")
+    index = FakeIndex(*TOOLS, release("requests", "2.28.2", "2023-01-12"), release("boto3", "1.26.56", "2023-01-24"),
+                      release("sshpubkeys", "3.3.1", "2021-02-04"), release("flask", "2.2.2", "2022-08-08"))
+    result = inferred(tmp_path, {"setup.py": setup_py, "requirements-dev.txt": "-e .[all]\n"}, index)
+    pins = set(result.setup["pip"])
+    assert {"requests==2.28.2", "boto3==1.26.56", "sshpubkeys==3.3.1"} <= pins
+    assert not any(p.startswith("flask") for p in pins)  # the server extra is not asked for
+
+
 def test_unreachable_pypi_leaves_requirements_unpinned_and_says_so(tmp_path):
     files = {"pyproject.toml": PYPROJECT}
     result = inferred(tmp_path, files, FakeIndex(down=True))

@@ -135,6 +135,10 @@ class _Found:
 
     name: str = ""
     requirements: list[tuple[str, str]] = field(default_factory=list)
+    extras: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    """The project's own extras: name -> (requirement, where)."""
+    wanted: set[str] = field(default_factory=lambda: set(TEST_EXTRAS))
+    """The extras the tests need: the test-named ones, and those an install line names (``-e .[all]``)."""
     build: list[tuple[str, str]] = field(default_factory=list)
     build_backend: str = ""
     requires_python: tuple[str, str] | None = None
@@ -159,7 +163,10 @@ def read_project(project: ProjectFiles) -> _Found:
         _read_setup_py(files["setup.py"], found)
     for path in _requirement_files(files):
         for requirement in _requirement_lines(files, path, set()):
-            found.requirements.append((requirement, path))
+            if requirement.startswith("."):
+                found.wanted |= _own_extras(requirement)
+            else:
+                found.requirements.append((requirement, path))
     if "tox.ini" in files:
         _read_tox(files["tox.ini"], files, found)
     for path in sorted(p for p in files if p.endswith((".yml", ".yaml"))):
@@ -170,7 +177,32 @@ def read_project(project: ProjectFiles) -> _Found:
     if "pytest.ini" in files or "conftest.py" in files:
         found.pytest_config = found.pytest_config or ("pytest.ini" if "pytest.ini" in files else "conftest.py")
     found.extensions = found.extensions or next((p for p in project.paths if _source_of_extension(p)), "")
+    _add_extras(found)
     return found
+
+
+def _own_extras(line: str) -> set[str]:
+    """The extras of a ``.[a,b]`` line."""
+    return {canonicalize_name(e) for e in re.findall(r"[A-Za-z0-9_.-]+", line.partition("[")[2])}
+
+
+def _add_extras(found: _Found) -> None:
+    """The wanted extras' requirements joined to the rest; an extra naming the project's own extras
+    (``all = ["proj[s3,ec2]"]``) brings theirs."""
+    own, done = canonicalize_name(found.name) if found.name else "", set()
+    for line, _ in found.requirements:  # "proj[all]" in a requirement file
+        requirement = _parse(line)
+        if requirement is not None and own and canonicalize_name(requirement.name) == own:
+            found.wanted |= {canonicalize_name(e) for e in requirement.extras}
+    while found.wanted & set(found.extras) - done:
+        extra = sorted(found.wanted & set(found.extras) - done)[0]
+        done.add(extra)
+        for line, where in found.extras[extra]:
+            requirement = _parse(line)
+            if requirement is not None and own and canonicalize_name(requirement.name) == own:
+                found.wanted |= {canonicalize_name(e) for e in requirement.extras}
+            else:
+                found.requirements.append((line, where))
 
 
 def _source_of_extension(path: str) -> bool:
@@ -215,8 +247,8 @@ def _read_pyproject(text: str, found: _Found) -> None:
     found.name = str(meta.get("name") or found.name)
     found.requirements += [(r, "pyproject.toml [project] dependencies") for r in _strings(meta.get("dependencies"))]
     for extra, items in (meta.get("optional-dependencies") or {}).items():
-        if canonicalize_name(extra) in TEST_EXTRAS:
-            found.requirements += [(r, f"pyproject.toml optional-dependencies.{extra}") for r in _strings(items)]
+        found.extras.setdefault(canonicalize_name(extra), []).extend(
+            (r, f"pyproject.toml optional-dependencies.{extra}") for r in _strings(items))
     for group, items in (data.get("dependency-groups") or {}).items():
         if canonicalize_name(group) in TEST_EXTRAS:
             found.requirements += [(r, f"pyproject.toml dependency-groups.{group}") for r in _strings(items)]
@@ -291,8 +323,8 @@ def _read_setup_cfg(text: str, found: _Found) -> None:
             found.requires_python = (requires, "setup.cfg python_requires")
     if parser.has_section("options.extras_require"):
         for extra, value in parser.items("options.extras_require"):
-            if canonicalize_name(extra) in TEST_EXTRAS:
-                found.requirements += [(r, f"setup.cfg extras_require.{extra}") for r in _strings(value)]
+            found.extras.setdefault(canonicalize_name(extra), []).extend(
+                (r, f"setup.cfg extras_require.{extra}") for r in _strings(value))
     if parser.has_section("tool:pytest") and not found.pytest_config:
         found.pytest_config = "setup.cfg [tool:pytest]"
 
@@ -327,8 +359,9 @@ def _read_setup_py(text: str, found: _Found) -> None:
     extras = args.get("extras_require")
     if isinstance(extras, dict):
         for extra, items in extras.items():
-            if isinstance(extra, str) and canonicalize_name(extra) in TEST_EXTRAS:
-                found.requirements += [(r, f"setup.py extras_require.{extra}") for r in _strings(items)]
+            if isinstance(extra, str):
+                found.extras.setdefault(canonicalize_name(extra.split(":")[0]), []).extend(
+                    (r, f"setup.py extras_require.{extra}") for r in _strings(items))
     if isinstance(args.get("python_requires"), str) and found.requires_python is None:
         found.requires_python = (args["python_requires"], "setup.py python_requires")
     _classifiers(_strings(args.get("classifiers")), "setup.py classifiers", found)
@@ -381,6 +414,10 @@ def _requirement_lines(files: dict[str, str], path: str, seen: set[str]) -> list
             if not _left_out(target.rsplit("/", 1)[-1]):
                 out += _requirement_lines(files, target, seen)
             continue
+        own = re.fullmatch(r"(?:-e|--editable)?\s*(\.\[[^\]]*\])", line)
+        if own:  # the project itself with extras: its caller reads them
+            out.append(own.group(1))
+            continue
         if not line or line.startswith(("-", ".", "/")) or "://" in line or line.startswith("git+"):
             continue
         out.append(re.split(r"\s+--", line, maxsplit=1)[0].strip())
@@ -414,9 +451,12 @@ def _read_tox(text: str, files: dict[str, str], found: _Found) -> None:
             target = _normpath(include.group(1))
             if target not in files or _left_out(target):
                 continue
-            found.requirements += [(r, f"tox.ini deps ({target})") for r in _requirement_lines(files, target, set())]
+            found.requirements += [(r, f"tox.ini deps ({target})") for r in _requirement_lines(files, target, set())
+                                   if not r.startswith(".")]
         elif not line.startswith("-"):
             found.requirements.append((line, "tox.ini deps"))
+    found.wanted |= {canonicalize_name(e) for e in re.split(r"[\s,]+", parser.get("testenv", "extras", fallback=""))
+                     if e and "{" not in e}
     if "pytest" in parser.get("testenv", "commands", fallback="") and not found.pytest_config:
         found.pytest_config = "tox.ini commands"
     if parser.has_section("pytest") and not found.pytest_config:
@@ -602,8 +642,11 @@ def _pick(name: str, want: _Want, python: str, date: datetime.datetime | None, p
     release = pick_release(project, combined, python, date)
     said = "; ".join(f"{s} ({who})" for s, who in specs) or "any version"
     if release is None and specs:
-        # The askers disagree (or pin a release with no wheel for this Python): the first asker's range, then none.
-        for fallback in (SpecifierSet(specs[0][0]), SpecifierSet()):
+        # The askers disagree (or pin a release with no wheel for this Python). What the chosen releases and the
+        # harness require binds (pip refuses an environment that breaks it); the project's files' pins give way.
+        binding = [s for s, who in specs if who.startswith("the ") or re.fullmatch(r"[a-z0-9._-]+==\S+", who)]
+        fallbacks = ([SpecifierSet(",".join(binding))] if binding else []) + [SpecifierSet(specs[0][0]), SpecifierSet()]
+        for fallback in fallbacks:
             release = pick_release(project, fallback, python, date)
             if release is not None:
                 said += f"; no release fits all of them, so {str(fallback) or 'any version'}"
