@@ -781,3 +781,221 @@ def test_annotation_chains_pin_one_class_or_nothing():
     for nothing in ("Union[Cart, Ledger]", "tuple[Cart, Ledger]", "list[list[Cart]]", "list[" * 3000 + "A" + "]" * 3000,
                     "str | int"):
         assert chain(nothing) is None
+
+
+# -- implicit calls (issue 45): what runs without its name being written -------------------------------------------
+IMPLICIT = {
+    "box/__init__.py": b"",
+    "box/store.py": b'''import functools
+
+
+def logged(fn):
+    @functools.wraps(fn)
+    def wrapper(*args):
+        return fn(*args)
+    return wrapper
+
+
+class Store:
+    def __init__(self):
+        self.data = {}
+
+    def __setitem__(self, key, value):
+        self.data[key] = value
+
+    def __getitem__(self, key):
+        return self.data[key]
+
+    def __delitem__(self, key):
+        del self.data[key]
+
+    def __len__(self):
+        return len(self.data)
+
+    def __iter__(self):
+        return iter(self.data)
+
+    def __contains__(self, key):
+        return key in self.data
+
+    def __eq__(self, other):
+        return self.data == other.data
+
+    def __add__(self, other):
+        return Store()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __call__(self):
+        return 1
+
+    def save(self):
+        return self.write()
+
+    def write(self):
+        return 0
+
+
+class Cached(Store):
+    def write(self):
+        return super().write() + 1
+
+
+class A:
+    def hello(self):
+        return "A"
+
+
+class B(A):
+    def hello(self):
+        return "B" + super().hello()
+
+
+class C(A):
+    def hello(self):
+        return "C" + super().hello()
+
+
+class D(B, C):
+    def hello(self):
+        return super().hello()
+
+
+@logged
+def shout(text):
+    return text.upper()
+''',
+    "tests/__init__.py": b"",
+    "tests/mixins.py": b'''from box.store import Store
+
+
+class StoreChecks:
+    def make(self):
+        return Store()
+
+    def test_len(self):
+        assert len(self.make()) == 0
+
+    def helper(self):
+        return 1
+''',
+    "tests/test_store.py": b'''import unittest
+
+from box.store import Cached, Store, shout
+from tests.mixins import StoreChecks
+
+
+class TestPlain(StoreChecks):
+    pass
+
+
+class TestCached(StoreChecks):
+    def make(self):
+        return Cached()
+
+
+class Base(unittest.TestCase):
+    def test_in_base(self):
+        pass
+
+
+class CachedCase(Base):
+    def test_own(self):
+        pass
+
+
+def test_item():
+    s = Store()
+    s["k"] = 1
+    assert s["k"] == 1
+    del s["k"]
+
+
+def test_protocols():
+    s = Store()
+    other: Store = Store()
+    assert "k" not in s
+    assert s == other
+    s + other
+    for _ in s:
+        pass
+    with Store() as t:
+        t()
+
+
+def test_save_through_the_base():
+    s: Store = Store()
+    s.save()
+
+
+def test_shout():
+    assert shout("a") == "A"
+''',
+}
+
+
+@pytest.fixture(scope="module")
+def implicit() -> RepoIndex:
+    return RepoIndex.from_files(IMPLICIT)
+
+
+def test_operators_and_builtins_reach_dunders_of_typed_receivers(implicit):
+    called = {r.target.rpartition(".")[2] for r in implicit.references("tests.test_store.test_item")}
+    assert {"__init__", "__setitem__", "__getitem__", "__delitem__"} <= called
+    called = {r.target.rpartition(".")[2] for r in implicit.references("tests.test_store.test_protocols")}
+    assert {"__contains__", "__eq__", "__add__", "__iter__", "__enter__", "__exit__", "__call__"} <= called
+    assert ("box.store.Store.__len__", "implicit") in {(r.target, r.kind) for r in
+                                                       implicit.references("tests.mixins.StoreChecks.test_len")}
+    # ``len(self.data)`` on a dict: nothing of the repository's, and nothing reported as unresolved
+    assert not [u for u in implicit.unresolved if "__" in u.expression]
+
+
+def test_super_follows_the_c3_mro(implicit):
+    # D(B, C): D's MRO is D, B, C, A, so super() in B would go to C on a D, but statically B's own MRO says A;
+    # D's super().hello() goes to B (the first after D), and the MRO itself is C3's
+    from repogym.envs.analysis.resolve import Resolver
+    assert Resolver(implicit).mro("box.store.D")[0] == ["box.store.D", "box.store.B", "box.store.C", "box.store.A"]
+    assert [r.target for r in implicit.references("box.store.D.hello")] == ["box.store.B.hello"]
+
+
+def test_mixin_tests_are_named_under_each_class_that_runs_them(implicit):
+    assert implicit.test_ids("tests.mixins.StoreChecks.test_len") == [
+        "tests/test_store.py::TestCached::test_len", "tests/test_store.py::TestPlain::test_len"]
+    assert implicit.test_ids("tests.mixins.StoreChecks.helper") == []
+    # a unittest case through a base of the repository: its own tests and the inherited one
+    assert implicit.test_ids("tests.test_store.Base.test_in_base") == [
+        "tests/test_store.py::Base::test_in_base", "tests/test_store.py::CachedCase::test_in_base"]
+    assert implicit.test_ids("tests.test_store.CachedCase.test_own") == ["tests/test_store.py::CachedCase::test_own"]
+    assert implicit.test_symbol("tests/test_store.py::TestPlain::test_len[1]").name == \
+        "tests.mixins.StoreChecks.test_len"
+
+
+def _tests_of_edit(index: RepoIndex, files: dict, path: str, old: bytes, new: bytes, coverage=None) -> dict:
+    after = files[path].replace(old, new)
+    assert after != files[path]
+    analysis = analyze_diff(index, unified(path, files[path], after), {path: after}, coverage=coverage)
+    return {t["test_id"]: t["source"] for t in analysis.tests}
+
+
+def test_a_changed_dunder_finds_the_tests_using_its_operator(implicit):
+    found = _tests_of_edit(implicit, IMPLICIT, "box/store.py", b"        return len(self.data)\n",
+                           b"        return len(self.data) + 0\n")
+    assert set(found) == {"tests/test_store.py::TestCached::test_len", "tests/test_store.py::TestPlain::test_len"}
+
+
+def test_an_override_is_reached_through_calls_on_the_base_type(implicit):
+    # Cached.write overrides Store.write: Store.save's ``self.write()`` may run it, so the tests calling save count
+    found = _tests_of_edit(implicit, IMPLICIT, "box/store.py", b"        return super().write() + 1\n",
+                           b"        return super().write() + 2\n")
+    assert "tests/test_store.py::test_save_through_the_base" in found
+
+
+def test_a_decorator_wrapper_is_reached_through_the_decorated_function(implicit):
+    assert ("box.store.logged.wrapper", "implicit") in {(r.target, r.kind) for r in implicit.references("box.store.shout")}
+    found = _tests_of_edit(implicit, IMPLICIT, "box/store.py", b"        return fn(*args)\n",
+                           b"        return fn(*args) or None\n")
+    assert set(found) == {"tests/test_store.py::test_shout"}

@@ -27,6 +27,7 @@ import threading
 _ROOT = os.path.realpath(os.environ.get("REPOGYM_COVERAGE_ROOT") or os.getcwd()) + os.sep
 _OUT = os.environ.get("REPOGYM_COVERAGE_OUT", "")
 _SELF = os.path.realpath(__file__)
+_CO_NEWLOCALS = 0x0002
 _TOOL = 3  # sys.monitoring's tool id for "optimizer"-free use; 0-2 are debugger, coverage, profiler
 
 _functions = []  # [path, line, name], in first-seen order
@@ -46,7 +47,9 @@ def _key(code):
     index = None
     name = code.co_name
     filename = code.co_filename
-    if not name.startswith("<") and filename:
+    # a function's code has fresh locals; a module or class body's has not (they run at import, not in a test)
+    if (code.co_flags & _CO_NEWLOCALS and not name.startswith("<") and filename
+            and not filename.startswith("<")):
         path = os.path.realpath(filename) if not filename.startswith(_ROOT) else filename
         if path.startswith(_ROOT) and path != _SELF and os.sep + "site-packages" + os.sep not in path:
             index = len(_functions)

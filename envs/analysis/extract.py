@@ -79,6 +79,8 @@ _QUERY = Query(PY_LANGUAGE, """
 (await (identifier) @name)
 (subscript value: (identifier) @name)
 (subscript value: [(identifier) (attribute)] @subscripted)
+(return_statement) @return
+(yield) @yielded
 (comparison_operator) @compare
 (binary_operator) @binop
 (with_item value: (_) @with_value)
@@ -286,6 +288,7 @@ def extract(path: str, source: bytes, tree: Tree, roots: tuple[str, ...] = ("",)
         bind(scope_at(node.start_byte), _text(node), VAR)
     for node in caps.get("store", ()):
         bind(scope_at(node.start_byte), _text(node), VAR)
+    _inferred_returns(facts, caps)
     _type_bindings(facts, caps)
     for node in caps.get("global", ()):
         scope = scope_at(node.start_byte)
@@ -791,6 +794,26 @@ def _type_of(node: Node) -> tuple | None:
     if parent.type == "as_pattern_target" and parent.parent is not None and parent.parent.type == "as_pattern":
         return _constructed(parent.parent.named_children[0] if parent.parent.named_children else None)
     return None
+
+
+def _inferred_returns(facts: FileFacts, caps: dict) -> None:
+    """A function without a return annotation whose every ``return`` builds an instance of one dotted callee
+    (``return Store()``) returns that: its ``returns`` is the callee's chain (the resolver keeps it when it is a
+    class). Generators are left alone."""
+    found: dict[int, set] = {}
+    for node in caps.get("yielded", ()):
+        found[facts.scope_at(node.start_byte)] = {None}
+    for node in caps.get("return", ()):
+        scope = facts.scope_at(node.start_byte)
+        if scope < 0:
+            continue
+        values = node.named_children
+        made = _constructed(values[0]) if len(values) == 1 else None
+        found.setdefault(scope, set()).add(made[1] if made else None)
+    for scope, chains in found.items():
+        d = facts.defs[scope] if scope >= 0 else None
+        if d is not None and d.kind != "class" and d.returns is None and len(chains) == 1 and None not in chains:
+            d.returns = next(iter(chains))
 
 
 def _fixture_value(function: Node) -> tuple | None:

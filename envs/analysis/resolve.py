@@ -354,6 +354,11 @@ class Resolver:
         elif head == "<call>":
             made = self.chain(facts, scope, chain[1])
             result = ("instance", made[1]) if made[0] == "sym" and self._is_class(made[1]) else OBJECT
+            if made[0] == "sym" and result is OBJECT and made[1] in self.defs:  # a factory: what it returns
+                entry = self.defs[made[1]]
+                d = entry[0].defs[entry[1]]
+                if d.returns and d.kind != "class":
+                    result = self.annotated(entry[0], d.parent, d.returns)
             rest = chain[2:]
         else:
             result = self.name(facts, scope, head)
