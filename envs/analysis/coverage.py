@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from repogym.envs.analysis.extract import FileFacts
 from repogym.envs.analysis.index import RepoIndex, strip_params
 from repogym.envs.core.errors import ConfigError
+from repogym.envs.core.paths import cache_dir
 
 FORMAT_VERSION = 1
 PROBE = Path(__file__).with_name("coverage_probe.py")
@@ -208,6 +210,33 @@ def read_map(path, index: RepoIndex, root) -> CoverageMap:
     return CoverageMap.from_json(data)
 
 
+def cache_folder() -> Path:
+    """Where measured maps are kept: ``<repogym cache>/coverage`` (harness data; no sandbox sees it)."""
+    return cache_dir() / "coverage"
+
+
+_LOADED: dict[str, tuple[float, CoverageMap | None]] = {}  # key -> (file mtime, map), for cached()
+_LOCK = threading.Lock()
+
+
+def cached(key: str, folder=None) -> CoverageMap | None:
+    """The map saved for ``key`` (under ``folder``, default :func:`cache_folder`), read once per file version and
+    kept in memory; None when none was measured."""
+    target = map_path(folder or cache_folder(), key)
+    try:
+        mtime = target.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    with _LOCK:
+        hit = _LOADED.get(str(target))
+        if hit is None or hit[0] != mtime:
+            if len(_LOADED) > 32:
+                _LOADED.clear()
+            hit = (mtime, load(target.parent, key))
+            _LOADED[str(target)] = hit
+        return hit[1]
+
+
 def save(cmap: CoverageMap, folder) -> Path:
     """Write ``cmap`` under ``folder`` named by its key; returns the path."""
     target = map_path(folder, cmap.key)
@@ -233,5 +262,5 @@ def load(folder, key: str) -> CoverageMap | None:
     return cmap if cmap.key == key else None
 
 
-__all__ = ["PROBE", "CoverageMap", "from_coverage_db", "from_probe", "innermost_functions", "load", "map_path",
+__all__ = ["PROBE", "CoverageMap", "cache_folder", "cached", "from_coverage_db", "from_probe", "innermost_functions", "load", "map_path",
            "read_map", "save"]

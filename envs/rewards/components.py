@@ -7,9 +7,12 @@ Components (values before weighting):
 - ``tests``: 1.0 when resolved, else 0.0; with option ``fraction=True``, the share of FAIL_TO_PASS passed
   (0.0 when a PASS_TO_PASS test broke).
 - ``dependents_checked``: the share of the visible tests covering the changed symbols and their dependents
-  that the agent ran, and saw, after its last edit. With no covering tests: 1.0 when it ran any tests
-  after its last edit. 0.0 with no change at all.
-- ``dependents_broken`` (a penalty, <= 0): minus the share of covering PASS_TO_PASS tests that fail at grading.
+  that the agent ran, and saw, after its last edit (a run of any of a test's parameters counts). With no covering
+  tests: 1.0 when it ran any tests after its last edit. 0.0 with no change at all. Covering tests are the
+  analysis's: measured ones where the task has a coverage map (:mod:`repogym.envs.analysis.coverage`), static ones
+  for code the map has not seen; option ``sources=("measured",)`` counts only the measured.
+- ``dependents_broken`` (a penalty, <= 0): minus the share of covering PASS_TO_PASS tests that fail at grading
+  (same ``sources`` option).
 - ``syntax`` (a penalty): -1.0 when the final diff introduces syntax errors.
 - ``format``: the share of tool calls that were well formed.
 - ``steps`` (a cost): minus the number of turns; give it a small weight (e.g. 0.01 per turn).
@@ -76,9 +79,19 @@ def component(name: str) -> Component:
     return COMPONENTS.resolve(name)
 
 
-def covering_tests(facts: EpisodeFacts) -> set[str]:
-    """Test ids the analysis says reach the changed symbols or their dependents."""
-    return {t["test_id"] for t in (facts.analysis.tests if facts.analysis else []) if t.get("test_id")}
+def covering_tests(facts: EpisodeFacts, sources: tuple[str, ...] = ("measured", "static")) -> set[str]:
+    """Test ids (parameters left out) the analysis names as covering the change: ``measured`` ones (a coverage map
+    saw them run the changed code) and ``static`` ones (the reverse graph, for code the map has not seen)."""
+    return {t["test_id"] for t in (facts.analysis.tests if facts.analysis else [])
+            if t.get("test_id") and t.get("source", "static") in sources}
+
+
+def _unparametrized(test_id: str) -> str:
+    """``t.py::test_x[1-a]`` -> ``t.py::test_x``: covering tests are named without parameters."""
+    if test_id.endswith("]"):
+        head, sep, last = test_id.rpartition("::")
+        return head + sep + last.partition("[")[0]
+    return test_id
 
 
 def _tests(facts: EpisodeFacts, fraction: bool = False) -> float:
@@ -89,17 +102,19 @@ def _tests(facts: EpisodeFacts, fraction: bool = False) -> float:
     return facts.eval.f2p_fraction
 
 
-def _dependents_checked(facts: EpisodeFacts) -> float:
+def _dependents_checked(facts: EpisodeFacts, sources: tuple[str, ...] = ("measured", "static")) -> float:
     if not facts.changed_anything:
         return 0.0
-    covering = covering_tests(facts)
+    covering = covering_tests(facts, tuple(sources))
     if not covering:
         return 1.0 if facts.ran_tests_after_last_edit else 0.0
-    return len(covering & set(facts.tests_after_last_edit)) / len(covering)
+    ran = {_unparametrized(t) for t in facts.tests_after_last_edit}  # a run of any parameter counts
+    return len(covering & ran) / len(covering)
 
 
-def _dependents_broken(facts: EpisodeFacts) -> float:
-    graded = sorted(covering_tests(facts) & set(facts.pass_to_pass) & set(facts.eval.tests))
+def _dependents_broken(facts: EpisodeFacts, sources: tuple[str, ...] = ("measured", "static")) -> float:
+    covering = covering_tests(facts, tuple(sources))
+    graded = sorted(t for t in set(facts.pass_to_pass) & set(facts.eval.tests) if _unparametrized(t) in covering)
     if not graded:
         return 0.0
     return -sum(facts.eval.tests[t] != "passed" for t in graded) / len(graded)

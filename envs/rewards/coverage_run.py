@@ -5,7 +5,7 @@ validation sandbox, never an agent's), runs the task's pytest command over the w
 (timed) and once with the harness's probe plugin (``repogym/envs/analysis/coverage_probe.py``: standard library
 only, any Python from 3.8; ``sys.monitoring`` on 3.12+), reads the probe's report back and names its functions
 with the base commit's index (:mod:`repogym.envs.analysis.coverage`). The map is harness data: it is saved under
-repogym's cache (:func:`coverage_folder`), keyed by the task's snapshot key (the base tree and its install steps),
+repogym's cache (:func:`repogym.envs.analysis.coverage.cache_folder`), keyed by the task's snapshot key (the base tree and its install steps),
 and the sandbox it was measured in is closed. :func:`cached_map` reads it back for the analysis the tools and the
 reward read.
 
@@ -22,12 +22,10 @@ import json
 import re
 import time
 import uuid
-from pathlib import Path
 from typing import Callable
 
-from repogym.envs.analysis.coverage import PROBE, CoverageMap, from_probe, load, save
+from repogym.envs.analysis.coverage import PROBE, CoverageMap, cache_folder, cached, from_probe, load, save
 from repogym.envs.core.errors import ConfigError
-from repogym.envs.core.paths import cache_dir
 from repogym.envs.rewards.facts import base_index
 from repogym.envs.sandbox.base import Sandbox
 from repogym.envs.sandbox.testrun import launch_command, runner_name
@@ -39,14 +37,9 @@ _ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": 
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # as graded runs see the suite
 
 
-def coverage_folder() -> Path:
-    """Where measured maps are kept: ``<repogym cache>/coverage``."""
-    return cache_dir() / "coverage"
-
-
 def cached_map(task: Task) -> CoverageMap | None:
     """The map measured for ``task``'s base tree, or None when none was measured."""
-    return load(coverage_folder(), snapshot(task).key)
+    return cached(snapshot(task).key)
 
 
 def _command(test_command: str, folder: str, plugin: str | None) -> str:
@@ -72,7 +65,7 @@ def measure_coverage(task: Task, make_sandbox: Callable[[], Sandbox], *, timeout
         return None
     key = snapshot(task).key
     if use_cache:
-        cached = load(coverage_folder(), key)
+        cached = load(cache_folder(), key)
         if cached is not None:
             return cached
     nonce = uuid.uuid4().hex
@@ -119,7 +112,7 @@ def measure_coverage(task: Task, make_sandbox: Callable[[], Sandbox], *, timeout
                       "plain_exit": plain.exit_code, "measured_exit": measured.exit_code, "errors": errors,
                       "tests": len(cmap.tests), "functions": len(cmap.functions)})
     if cmap.tests:
-        save(cmap, coverage_folder())
+        save(cmap, cache_folder())
     return cmap
 
 
@@ -137,4 +130,4 @@ def describe(cmap: CoverageMap | None) -> str:
             f"{measured:.1f}s measured{ratio}{problems}")
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "cached_map", "coverage_folder", "describe", "measure_coverage"]
+__all__ = ["DEFAULT_TIMEOUT_S", "cached_map", "describe", "measure_coverage"]
