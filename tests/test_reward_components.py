@@ -152,3 +152,24 @@ def test_users_register_their_own_component():
     assert compute_reward(config, facts()) == (1.0, {"tests": 1.0, "short_patch": 0.0})
     with pytest.raises(ConfigError, match="short_patch"):
         RewardConfig(weights={"shortpatch": 1.0})
+
+
+SOURCED = DiffAnalysis(tests=[{"name": "t.a", "file": "tests/t.py", "line": 1, "test_id": "tests/t.py::test_a",
+                               "source": "measured"},
+                              {"name": "t.b", "file": "tests/t.py", "line": 5, "test_id": "tests/t.py::test_b",
+                               "source": "static"}],
+                       changed=[{"name": "pkg.f"}])
+
+
+def test_covering_tests_by_source_and_any_parameter_of_a_covering_test_counts():
+    ran = {"tests/t.py::test_a[1-x]": "passed", "tests/t.py::test_a[2-y]": "passed"}
+    every = RewardConfig(weights={"dependents_checked": 1.0})
+    measured = RewardConfig(weights={"dependents_checked": 1.0},
+                            options={"dependents_checked": {"sources": ("measured",)}})
+    assert compute_reward(every, facts(analysis=SOURCED, tests_after_last_edit=ran))[0] == 0.5
+    assert compute_reward(measured, facts(analysis=SOURCED, tests_after_last_edit=ran))[0] == 1.0
+    broken = RewardConfig(weights={"dependents_broken": 1.0})
+    graded = record("unresolved", tests={"tests/t.py::test_a[1-x]": "failed", "tests/t.py::test_a[2-y]": "passed",
+                                         "tests/t.py::test_c": "failed"})
+    p2p = ["tests/t.py::test_a[1-x]", "tests/t.py::test_a[2-y]", "tests/t.py::test_c"]
+    assert compute_reward(broken, facts(analysis=SOURCED, eval=graded, pass_to_pass=p2p))[0] == -0.5

@@ -1,4 +1,5 @@
-"""``repogym analyze``: which symbols a change touches, who depends on them, which tests reach them."""
+"""``repogym analyze``: which symbols a change touches, who depends on them, which tests cover them (measured with
+``--coverage``, else static)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ def add_parser(sub) -> None:
     source.add_argument("--diff", metavar="FILE",
                         help="a unified diff not yet applied, against the working tree ('-' reads stdin)")
     source.add_argument("--rev", metavar="A..B", help="compare two revisions ('A..' = A against the working tree)")
+    parser.add_argument("--coverage", metavar="FILE",
+                        help="a coverage map of the base: coverage.py's data file measured with per-test contexts "
+                             "(pytest --cov=PKG --cov-context=test), or a repogym map; covering tests of code it "
+                             "measured are the measured ones, the rest static")
     parser.add_argument("--json", action="store_true", help="print the analysis as JSON")
     parser.add_argument("--depth", type=int, default=3, help="how far to follow dependents (default: 3)")
     parser.add_argument("--source-root", action="append", metavar="DIR", dest="source_roots",
@@ -36,6 +41,8 @@ def run(args) -> int:
         raise ConfigError(f"expected --repo to be a folder, got {args.repo!r}")
     if args.depth < 1:  # checked before the repository is indexed (seconds on a large one)
         raise ConfigError(f"expected --depth >= 1, got {args.depth}")
+    if args.coverage is not None and not Path(args.coverage).is_file():
+        raise ConfigError(f"expected --coverage to be a coverage file, got {args.coverage!r}: no such file")
     if args.diff not in (None, "-") and not Path(args.diff).is_file():
         raise ConfigError(f"expected --diff to be a diff file (or - for stdin), got {args.diff!r}: no such file")
     if args.diff is not None:
@@ -51,6 +58,10 @@ def run(args) -> int:
                 after_files[fd.new_path] = apply_patch(current, fd)
     else:
         before, diff, after_files = diff_between_revs(repo, args.rev or "HEAD..", args.source_roots)
-    analysis = analyze_diff(before, diff, after_files, max_depth=args.depth)
+    coverage = None
+    if args.coverage is not None:
+        from repogym.envs.analysis.coverage import read_map
+        coverage = read_map(args.coverage, before, repo)
+    analysis = analyze_diff(before, diff, after_files, max_depth=args.depth, coverage=coverage)
     print(json.dumps(analysis.to_dict(), indent=1) if args.json else analysis.render())
     return 0
