@@ -221,6 +221,19 @@ def test_what_a_chosen_release_requires_wins_over_a_stale_pin_of_the_project(tmp
     assert "no release fits all of them, so >=1.8.2" in result.provenance["pins"]["py"]
 
 
+def test_a_release_that_needs_something_with_no_wheel_is_left_out_with_its_reason(tmp_path):
+    index = FakeIndex(*TOOLS, release("tbump", "6.9.0", "2022-05-01", requires=["docopt>=0.6.1", "schema"]),
+                      release("schema", "0.7.5", "2021-11-01"), release("attrs", "22.1.0", "2022-07-28"))
+    index.projects["docopt"] = {"info": {"name": "docopt"}, "releases": {"0.6.2": [
+        {"filename": "docopt-0.6.2.tar.gz", "url": f"{FILES}/docopt-0.6.2.tar.gz", "packagetype": "sdist",
+         "upload_time_iso_8601": "2014-06-16T11:18:57Z"}]}}
+    result = inferred(tmp_path, {"setup.py": "setup(name='lint', install_requires=['attrs'])\n",
+                                 "requirements_test.txt": "tbump\n"}, index)
+    pins = result.setup["pip"]
+    assert "attrs==22.1.0" in pins and not any(p.startswith(("tbump", "docopt", "schema")) for p in pins)
+    assert "tbump: needs docopt, which has no release to pin here: left out" in result.provenance["notes"]
+
+
 def test_extras_an_install_line_names_are_followed_through_the_project_s_own_extras(tmp_path):
     setup_py = ("setup(name='cloudmock', install_requires=['requests'],\n"
                 "      extras_require={'all': ['cloudmock[s3,ec2]'], 's3': ['boto3'], 'ec2': ['sshpubkeys'],\n"

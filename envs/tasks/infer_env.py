@@ -70,7 +70,7 @@ lowest supported versions) is not about running the tests."""
 LEFT_OUT_PROJECTS = {"pre-commit", "tox", "twine", "nox", "pip-tools", "check-manifest", "bump2version",
                      "bumpversion", "build", "flake8", "black", "mypy", "sphinx", "ruff", "pip", "python"}
 """Tools a requirement file names that running the tests does not use (``pip`` and ``python`` are the image's)."""
-CONDA_NAMES = {"matplotlib-base": "matplotlib", "dask-core": "dask", "pytables": "tables", "pytorch": "torch",
+CONDA_NAMES = {"matplotlib-base": "matplotlib", "iris": "scitools-iris", "dask-core": "dask", "pytables": "tables", "pytorch": "torch",
                "msgpack-python": "msgpack", "python-graphviz": "graphviz", "hdf5": "python", "netcdf-fortran": "python"}
 """conda package names that are not PyPI's (``python``: a library with no Python package, left out)."""
 MAX_ROUNDS = 12
@@ -582,6 +582,7 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
     asof: dict[str, datetime.datetime | None] = {}  # name -> the date its pin was chosen as of
     why: dict[str, str] = {}
     notes: dict[str, str] = {}
+    dropped: dict[str, str] = {}  # releases that need something with no wheel: the image's build would fail on them
     for _ in range(MAX_ROUNDS):
         wants: dict[str, _Want] = {}
         for line, source in roots:
@@ -595,6 +596,8 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
                 requirement = _parse(line)
                 if requirement is not None and _applies(requirement, python, extras):
                     _want(wants, line, f"{name}=={release.version}", python, when)
+        for name in dropped:
+            wants.pop(name, None)
         new: dict[str, Release] = {}
         asof = {}
         for name, want in sorted(wants.items()):
@@ -606,12 +609,34 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
                 continue
             new[name] = release
             why[name] = reason
+        unmet = _unmet(new, wants, set(wants) - set(new), python, pypi)
+        if unmet:
+            dropped.update(unmet)
+            notes.update(unmet)
+            picked = {n: r for n, r in new.items() if n not in unmet}
+            continue
         if {n: r.version for n, r in new.items()} == {n: r.version for n, r in picked.items()}:
             break
         picked = new
     pins = [f"{name}=={release.version}" for name, release in sorted(picked.items())]
     return pins, {n: why[n] for n in sorted(picked)}, [f"{n}: {m}" for n, m in sorted(notes.items())
                                                           if n not in picked]
+
+
+def _unmet(picked: dict[str, Release], wants: dict[str, _Want], failed: set[str], python: str,
+           pypi: PyPI) -> dict[str, str]:
+    """The picked releases that need a project no release could be picked for (``failed``: no wheel, not on
+    PyPI), and what."""
+    unmet = {}
+    for name, release in picked.items():
+        extras = frozenset(wants[name].extras) if name in wants else frozenset()
+        for line in pypi.requires_dist(release.wheel_url):
+            requirement = _parse(line)
+            if requirement is not None and not requirement.url and _applies(requirement, python, extras) \
+                    and canonicalize_name(requirement.name) in failed:
+                unmet[name] = f"needs {requirement.name}, which has no release to pin here: left out"
+                break
+    return unmet
 
 
 def _unpinned(roots: list[tuple[str, str]], python: str) -> list[str]:
