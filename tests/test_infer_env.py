@@ -234,6 +234,20 @@ def test_a_release_that_needs_something_with_no_wheel_is_left_out_with_its_reaso
     assert "tbump: needs docopt, which has no release to pin here: left out" in result.provenance["notes"]
 
 
+def test_a_wheel_without_a_metadata_file_is_read_for_its_requirements(tmp_path):
+    import io
+    import zipfile
+    index = FakeIndex(*TOOLS, release("tbump", "6.9.0", "2022-05-01"), release("schema", "0.7.5", "2021-11-01"))
+    url = f"{FILES}/tbump-6.9.0-py3-none-any.whl"
+    del index.metadata[url + ".metadata"]  # the index serves no PEP 658 file for it
+    wheel = io.BytesIO()
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("tbump-6.9.0.dist-info/METADATA", "Name: tbump\nVersion: 6.9.0\nRequires-Dist: schema\n")
+    index.metadata[url] = wheel.getvalue()
+    result = inferred(tmp_path, {"setup.py": "setup(name='x')\n", "requirements-test.txt": "tbump\n"}, index)
+    assert "schema==0.7.5" in result.setup["pip"] and url in index.requests
+
+
 def test_extras_an_install_line_names_are_followed_through_the_project_s_own_extras(tmp_path):
     setup_py = ("setup(name='cloudmock', install_requires=['requests'],\n"
                 "      extras_require={'all': ['cloudmock[s3,ec2]'], 's3': ['boto3'], 'ec2': ['sshpubkeys'],\n"

@@ -592,7 +592,7 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
             # A release pinned from after the commit (the first with a wheel for this Python) has its own
             # requirements pinned as of its upload, not as of the commit: older ones may not work with it.
             when = release.uploaded if release.after_date else asof.get(name, date)
-            for line in pypi.requires_dist(release.wheel_url):
+            for line in pypi.requires_dist(release):
                 requirement = _parse(line)
                 if requirement is not None and _applies(requirement, python, extras):
                     _want(wants, line, f"{name}=={release.version}", python, when)
@@ -630,7 +630,7 @@ def _unmet(picked: dict[str, Release], wants: dict[str, _Want], failed: set[str]
     unmet = {}
     for name, release in picked.items():
         extras = frozenset(wants[name].extras) if name in wants else frozenset()
-        for line in pypi.requires_dist(release.wheel_url):
+        for line in pypi.requires_dist(release):
             requirement = _parse(line)
             if requirement is not None and not requirement.url and _applies(requirement, python, extras) \
                     and canonicalize_name(requirement.name) in failed:

@@ -1,7 +1,8 @@
 """PyPI's release history, for pinning a dependency as it stood on a date: which release, with a wheel for which Python.
 
 :class:`PyPI` reads PyPI's JSON API (``/pypi/NAME/json``: every release with its files and their upload times)
-and each chosen wheel's core metadata (``FILE_URL.metadata``, PEP 658, for its ``Requires-Dist``), and keeps
+and each chosen wheel's core metadata (``FILE_URL.metadata``, PEP 658, for its ``Requires-Dist``; the wheel itself
+when that file is missing), and keeps
 the answers on disk under repogym's cache (``pypi/``). A project's answer is reused while it is newer than the
 date asked about (releases uploaded since cannot matter for an older date); a wheel's metadata never changes.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import io
 import json
 import os
 import re
@@ -25,6 +27,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
 from dataclasses import dataclass
 from email.parser import Parser
 from pathlib import Path
@@ -41,6 +44,8 @@ from repogym.envs.core.paths import cache_dir
 INDEX_URL = "https://pypi.org/pypi"
 """PyPI's JSON API (``REPOGYM_PYPI_URL`` replaces it, e.g. with a mirror's)."""
 TIMEOUT_S = 20
+MAX_WHEEL_READ = 20_000_000
+"""The largest wheel downloaded to read its requirements when the index serves no separate metadata file."""
 GLIBC_OF_PYTHON = {"3.9": (2, 31), "3.11": (2, 36), "3.13": (2, 41)}
 """The glibc of the Debian release under each image Python (bullseye, bookworm, trixie): manylinux wheels newer
 than it do not load there."""
@@ -73,6 +78,7 @@ class Release:
     uploaded: datetime.datetime
     wheel_url: str
     """A wheel of this release that fits the Python asked about."""
+    wheel_size: int
     after_date: bool
     """True when no release before the date fitted and this is the first one after it."""
 
@@ -105,13 +111,17 @@ class PyPI:
         self._projects[key] = data["project"]
         return data["project"]
 
-    def requires_dist(self, wheel_url: str) -> list[str]:
-        """The ``Requires-Dist`` lines of a wheel's core metadata (PEP 658; cached for good)."""
-        path = self.cache / "metadata" / (hashlib.sha256(wheel_url.encode()).hexdigest()[:24] + ".txt")
+    def requires_dist(self, release: Release) -> list[str]:
+        """The ``Requires-Dist`` lines of a release's wheel (its PEP 658 metadata, else the wheel's own
+        ``METADATA`` when the wheel is under :data:`MAX_WHEEL_READ` bytes; cached for good)."""
+        path = self.cache / "metadata" / (hashlib.sha256(release.wheel_url.encode()).hexdigest()[:24] + ".txt")
         if path.is_file():
             text = path.read_text(encoding="utf-8", errors="replace")
         else:
-            body = self.fetch(wheel_url + ".metadata")
+            body = self.fetch(release.wheel_url + ".metadata")
+            if body is None and release.wheel_size <= MAX_WHEEL_READ:  # no PEP 658 file (or a proxy hides it)
+                wheel = self.fetch(release.wheel_url)
+                body = _wheel_metadata(wheel) if wheel is not None else None
             text = body.decode("utf-8", errors="replace") if body is not None else ""
             _write(path, text.encode())
         return Parser().parsestr(text, headersonly=True).get_all("Requires-Dist") or []
@@ -136,6 +146,16 @@ def _absolute(project: dict[str, Any], url: str) -> dict[str, Any]:
             if isinstance(f, dict) and isinstance(f.get("url"), str):
                 f["url"] = urllib.parse.urljoin(url, f["url"])
     return project
+
+
+def _wheel_metadata(wheel: bytes) -> bytes | None:
+    """The ``*.dist-info/METADATA`` of a wheel's bytes, None when it has none (or is no zip)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(wheel)) as archive:
+            name = next((n for n in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)), None)
+            return archive.read(name) if name else None
+    except (zipfile.BadZipFile, OSError):  # not a wheel after all
+        return None
 
 
 def _write(path: Path, body: bytes) -> None:
@@ -196,18 +216,15 @@ def pick_release(project: dict[str, Any], spec: SpecifierSet, python: str,
         stamps = [w for w in (_when(f.get("upload_time_iso_8601") or f.get("upload_time")) for f in files) if w]
         if not stamps or version.is_prerelease or not spec.contains(version, prereleases=False):
             continue
-        wheel = next((f["url"] for f in files if f.get("packagetype") == "bdist_wheel"
+        wheel = next((f for f in files if f.get("packagetype") == "bdist_wheel"
                       and wheel_fits(f.get("filename", ""), tags) and _python_ok(f.get("requires_python"), python)),
                      None)
         if wheel:
             uploaded = min(stamps)
             fitting.append((version, uploaded if uploaded.tzinfo else uploaded.replace(tzinfo=datetime.timezone.utc),
-                            wheel))
+                            wheel["url"], int(wheel.get("size") or 0)))
     if not fitting:
         return None
     earlier = [f for f in fitting if before is None or f[1] < before]
-    if earlier:
-        version, uploaded, url = max(earlier)
-        return Release(name, str(version), uploaded, url, after_date=False)
-    version, uploaded, url = min(fitting)
-    return Release(name, str(version), uploaded, url, after_date=True)
+    version, uploaded, url, size = max(earlier) if earlier else min(fitting)
+    return Release(name, str(version), uploaded, url, size, after_date=not earlier)
