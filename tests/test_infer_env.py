@@ -248,6 +248,15 @@ def test_a_wheel_without_a_metadata_file_is_read_for_its_requirements(tmp_path):
     assert "schema==0.7.5" in result.setup["pip"] and url in index.requests
 
 
+def test_a_release_whose_metadata_pip_refuses_gives_way_to_the_one_before(tmp_path):
+    index = FakeIndex(*TOOLS, release("flox", "0.5.8", "2022-06-01"),
+                      release("flox", "0.5.9", "2022-07-01", requires=["pandas (>=1.0"]))
+    result = inferred(tmp_path, {"setup.py": "setup(name='x', install_requires=['flox'])\n"}, index,
+                      date="2022-08-01T00:00:00+00:00")
+    assert "flox==0.5.8" in result.setup["pip"]
+    assert "flox==0.5.9: its metadata does not parse (pip refuses it): skipped" in result.provenance["notes"]
+
+
 def test_extras_an_install_line_names_are_followed_through_the_project_s_own_extras(tmp_path):
     setup_py = ("setup(name='cloudmock', install_requires=['requests'],\n"
                 "      extras_require={'all': ['cloudmock[s3,ec2]'], 's3': ['boto3'], 'ec2': ['sshpubkeys'],\n"

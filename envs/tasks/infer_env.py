@@ -583,6 +583,7 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
     why: dict[str, str] = {}
     notes: dict[str, str] = {}
     dropped: dict[str, str] = {}  # releases that need something with no wheel: the image's build would fail on them
+    broken: dict[str, set[str]] = {}  # name -> versions whose metadata pip refuses (invalid Requires-Dist)
     for _ in range(MAX_ROUNDS):
         wants: dict[str, _Want] = {}
         for line, source in roots:
@@ -603,12 +604,19 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
         for name, want in sorted(wants.items()):
             stamps = [d for d in want.dates if d is not None]
             asof[name] = max(stamps) if stamps else None
-            release, reason = _pick(name, want, python, asof[name], pypi)
+            release, reason = _pick(name, want, python, asof[name], pypi, frozenset(broken.get(name, ())))
             if release is None:
                 notes[name] = reason
                 continue
             new[name] = release
             why[name] = reason
+        refused = {n: r.version for n, r in new.items() if _invalid_metadata(r, pypi)}
+        if refused:  # pip ignores such a release: the one before it, next round
+            for name, version in refused.items():
+                broken.setdefault(name, set()).add(version)
+                notes[f"{name}=={version}"] = "its metadata does not parse (pip refuses it): skipped"
+            picked = {n: r for n, r in new.items() if n not in refused}
+            continue
         unmet = _unmet(new, wants, set(wants) - set(new), python, pypi)
         if unmet:
             dropped.update(unmet)
@@ -621,6 +629,10 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
     pins = [f"{name}=={release.version}" for name, release in sorted(picked.items())]
     return pins, {n: why[n] for n in sorted(picked)}, [f"{n}: {m}" for n, m in sorted(notes.items())
                                                           if n not in picked]
+
+
+def _invalid_metadata(release: Release, pypi: PyPI) -> bool:
+    return any(_parse(line) is None for line in pypi.requires_dist(release))
 
 
 def _unmet(picked: dict[str, Release], wants: dict[str, _Want], failed: set[str], python: str,
@@ -658,13 +670,14 @@ def _want(wants: dict[str, _Want], line: str, source: str, python: str, date: da
     want.extras |= set(requirement.extras)
 
 
-def _pick(name: str, want: _Want, python: str, date: datetime.datetime | None, pypi: PyPI):
+def _pick(name: str, want: _Want, python: str, date: datetime.datetime | None, pypi: PyPI,
+          skip: frozenset[str] = frozenset()):
     project = pypi.project(name, newer_than=date)
     if project is None:
         return None, "not on PyPI: left out"
     specs = [(s, who) for s, who in want.specs if s]
     combined = SpecifierSet(",".join(s for s, _ in specs)) if specs else SpecifierSet()
-    release = pick_release(project, combined, python, date)
+    release = pick_release(project, combined, python, date, skip)
     said = "; ".join(f"{s} ({who})" for s, who in specs) or "any version"
     if release is None and specs:
         # The askers disagree (or pin a release with no wheel for this Python). What the chosen releases and the
@@ -672,7 +685,7 @@ def _pick(name: str, want: _Want, python: str, date: datetime.datetime | None, p
         binding = [s for s, who in specs if who.startswith("the ") or re.fullmatch(r"[a-z0-9._-]+==\S+", who)]
         fallbacks = ([SpecifierSet(",".join(binding))] if binding else []) + [SpecifierSet(specs[0][0]), SpecifierSet()]
         for fallback in fallbacks:
-            release = pick_release(project, fallback, python, date)
+            release = pick_release(project, fallback, python, date, skip)
             if release is not None:
                 said += f"; no release fits all of them, so {str(fallback) or 'any version'}"
                 break

@@ -201,9 +201,10 @@ def _when(stamp: str) -> datetime.datetime | None:
         return None
 
 
-def pick_release(project: dict[str, Any], spec: SpecifierSet, python: str,
-                 before: datetime.datetime | None) -> Release | None:
-    """The release of ``project`` (PyPI's JSON) to pin: see the module docstring; None when no release fits."""
+def pick_release(project: dict[str, Any], spec: SpecifierSet, python: str, before: datetime.datetime | None,
+                 skip: frozenset[str] = frozenset()) -> Release | None:
+    """The release of ``project`` (PyPI's JSON) to pin, none of ``skip``: see the module docstring; None when no
+    release fits."""
     tags = supported_tags(python)
     name = str(project.get("info", {}).get("name") or "")
     fitting: list[tuple[Version, datetime.datetime, str]] = []
@@ -214,7 +215,7 @@ def pick_release(project: dict[str, Any], spec: SpecifierSet, python: str,
             continue
         files = [f for f in files or [] if not f.get("yanked")]
         stamps = [w for w in (_when(f.get("upload_time_iso_8601") or f.get("upload_time")) for f in files) if w]
-        if not stamps or version.is_prerelease or not spec.contains(version, prereleases=False):
+        if not stamps or version.is_prerelease or not spec.contains(version, prereleases=False) or text in skip:
             continue
         wheel = next((f for f in files if f.get("packagetype") == "bdist_wheel"
                       and wheel_fits(f.get("filename", ""), tags) and _python_ok(f.get("requires_python"), python)),
