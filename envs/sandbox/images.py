@@ -15,11 +15,13 @@ project with C, C++, Fortran or Cython extensions builds in place (its Cython an
 ``setup.pip``). Without the key, images carry no compiler.
 
 Vendored copies (``setup.hide_vendored``: package names, e.g. ``["requests"]``): pip carries copies of
-projects (``pip/_vendor/requests``); a task on such a project would find a later version of it, the fix
-included, in the image. Each named copy is deleted from every pip of the environment and from Debian's
-``/usr/share/python-wheels``, and a stand-in module makes pip import the environment's own copy instead (the
-task's base: the repository, importable when pip runs from it). pip then works only where that copy is
-importable; a task whose install step cannot import it fails its install (``env_build``), saying so.
+projects (``pip/_vendor/requests``); a task on such a project would find a later version of it, the fix often
+included, in the image. pip needs its copy whole (the base commit's release of the project is often too old for
+it), so the copy's sources are removed and only its bytecode stays: each named copy's ``.py`` files, in every
+pip of the image and in Debian's ``/usr/share/python-wheels`` wheels, become sourceless ``.pyc`` files compiled
+with ``-OO`` (no docstrings), after the environment's installs. pip runs as before. Not guaranteed: the bytecode
+still holds the code, names and string constants; an agent that disassembles pip's copy on purpose reads the fix
+in other words. No file of the image holds the fix as text.
 
 Every long step (a pull, ``debootstrap``, an import, a build, the wheel downloads) says what it does and then the
 time elapsed at least every 10 s (:func:`repogym.envs.core.ticker.ticking`): on the caller's ``log`` where one is
@@ -177,52 +179,48 @@ def _files_hash(folder: Path) -> str:
     return digest.hexdigest()
 
 
-# The stand-in for a deleted vendored copy: pip imports the environment's own copy under the vendored name.
-_VENDOR_STAND_IN = """\
-# repogym: pip's copy of NAME was removed (it could hold a later version of a task's project, the fix included);
-# the environment's own copy (the task's base) stands in.
-import importlib
-import os
-import sys
-
-try:
-    _real = importlib.import_module("NAME")
-except ImportError:  # `python -m pip` drops its working folder from sys.path: the repository's copy is there
-    for _folder in (os.getcwd(), os.path.join(os.getcwd(), "src")):
-        sys.path.insert(0, _folder)
-        try:
-            _real = importlib.import_module("NAME")
-            break
-        except ImportError:
-            continue
-        finally:
-            sys.path.remove(_folder)
-    else:
-        raise ImportError("repogym removed pip's vendored NAME (setup.hide_vendored) and no NAME is importable here "
-                          "(the environment, the working folder): pip needs one") from None
-for _key, _module in list(sys.modules.items()):
-    if _key == "NAME" or _key.startswith("NAME."):
-        sys.modules["pip._vendor." + _key] = _module
-sys.modules[__name__] = _real
-"""
-
+# Run as root in the image after its installs, with the package names as arguments: each vendored copy's sources
+# become bytecode (-OO: no docstrings), in pip's folders and in Debian's wheels of them.
 _HIDE_VENDORED = """\
-import glob, os, shutil, sys
+import glob, os, py_compile, shutil, sys, tempfile, zipfile
+names = sys.argv[1:]
+
+
+def compiled(source, path):
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "m.py"), "wb") as fh:
+            fh.write(source)
+        py_compile.compile(os.path.join(tmp, "m.py"), cfile=os.path.join(tmp, "m.pyc"), dfile=path, doraise=True,
+                           optimize=2)
+        with open(os.path.join(tmp, "m.pyc"), "rb") as fh:
+            return fh.read()
+
+
 for vendor in glob.glob("/usr/**/pip/_vendor", recursive=True):
-    for name in sys.argv[1:]:
-        path = os.path.join(vendor, name)
-        if os.path.isdir(path) or os.path.isfile(path + ".py"):
-            shutil.rmtree(path, ignore_errors=True)
-            if os.path.isfile(path + ".py"):
-                os.remove(path + ".py")
-            os.makedirs(path)
-            with open(os.path.join(path, "__init__.py"), "w") as fh:
-                fh.write(STAND_IN.replace("NAME", name))
-            print("hid", path)
-for name in sys.argv[1:]:
+    for name in names:
+        package = os.path.join(vendor, name)
+        sources = glob.glob(package + "/**/*.py", recursive=True) + glob.glob(package + ".py")
+        for path in sources:
+            with open(path, "rb") as fh:
+                data = compiled(fh.read(), path)
+            with open(path + "c", "wb") as fh:
+                fh.write(data)
+            os.remove(path)
+        for cache in glob.glob(package + "/**/__pycache__", recursive=True):
+            shutil.rmtree(cache)
+        if sources:
+            print("compiled", len(sources), "sources of", package)
+for name in names:
     for wheel in glob.glob("/usr/share/python-wheels/%s-*.whl" % name):
-        os.remove(wheel)
-        print("hid", wheel)
+        with zipfile.ZipFile(wheel) as old, zipfile.ZipFile(wheel + ".new", "w", zipfile.ZIP_DEFLATED) as new:
+            for item in old.infolist():
+                data = old.read(item)
+                if item.filename.startswith(name + "/") and item.filename.endswith(".py"):
+                    new.writestr(item.filename + "c", compiled(data, item.filename))
+                else:
+                    new.writestr(item, data)
+        os.replace(wheel + ".new", wheel)
+        print("compiled the sources of", wheel)
 """
 
 
@@ -242,7 +240,7 @@ def env_dockerfile(setup: dict[str, Any]) -> str:
                   + " ".join(f"'{p}'" for p in requirements) + " && rm -rf /tmp/wheels"]
     hidden = hidden_vendored(setup)
     if hidden:  # after the installs: they need pip whole. In base64: a Dockerfile instruction is one line.
-        script = base64.b64encode(f"STAND_IN = {_VENDOR_STAND_IN!r}\n{_HIDE_VENDORED}".encode()).decode()
+        script = base64.b64encode(_HIDE_VENDORED.encode()).decode()
         lines += [f"RUN python3 -c \"import base64; exec(base64.b64decode('{script}'))\" " + " ".join(hidden)]
     if install_steps(setup):
         hook = install_hook(REPO_DIR)
