@@ -999,3 +999,31 @@ def test_a_decorator_wrapper_is_reached_through_the_decorated_function(implicit)
     found = _tests_of_edit(implicit, IMPLICIT, "box/store.py", b"        return fn(*args)\n",
                            b"        return fn(*args) or None\n")
     assert set(found) == {"tests/test_store.py::test_shout"}
+
+
+def test_attributes_of_a_class_with_an_annotated_getattr_and_a_bare_final_annotation():
+    index = RepoIndex.from_files({
+        "relay.py": b'''from typing import Final
+
+
+class Caller:
+    def __call__(self, **kw):
+        return kw
+
+
+class Relay:
+    def __getattr__(self, name: str) -> Caller: ...
+
+
+class Manager:
+    def __init__(self):
+        self.hook: Final = Relay()
+''',
+        "tests/test_relay.py": b'''from relay import Manager
+
+
+def test_call():
+    pm = Manager()
+    pm.hook.anything(arg=1)
+'''})
+    assert ("relay.Caller.__call__", "implicit") in {(r.target, r.kind) for r in index.references("tests.test_relay.test_call")}

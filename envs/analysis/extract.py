@@ -781,7 +781,7 @@ def _type_of(node: Node) -> tuple | None:
         chain = annotation_chain(_text(annotation)) if annotation is not None else None
         return ("ann", chain) if chain else None
     if parent.type == "assignment" and parent.child_by_field_name("left") == node:
-        annotation = parent.child_by_field_name("type")
+        annotation = _pinning_annotation(parent.child_by_field_name("type"))
         if annotation is not None:
             chain = annotation_chain(_text(annotation))
             return ("ann", chain) if chain else None
@@ -814,6 +814,13 @@ def _inferred_returns(facts: FileFacts, caps: dict) -> None:
         d = facts.defs[scope] if scope >= 0 else None
         if d is not None and d.kind != "class" and d.returns is None and len(chains) == 1 and None not in chains:
             d.returns = next(iter(chains))
+
+
+def _pinning_annotation(annotation: Node | None) -> Node | None:
+    """The annotation, unless it is a bare wrapper (``x: Final = Cart()``) that leaves the type to the value."""
+    if annotation is not None and _SPACE.sub("", _text(annotation)).rpartition(".")[2] in _WRAPPERS:
+        return None
+    return annotation
 
 
 def _fixture_value(function: Node) -> tuple | None:
@@ -862,7 +869,7 @@ def _type_bindings(facts: FileFacts, caps: dict) -> None:
         if d is None or d.self_name is None or obj is None or attr is None or _text(obj) != d.self_name:
             continue
         assignment = node.parent
-        annotation = assignment.child_by_field_name("type")
+        annotation = _pinning_annotation(assignment.child_by_field_name("type"))
         right = assignment.child_by_field_name("right")
         if annotation is not None:
             chain = annotation_chain(_text(annotation))

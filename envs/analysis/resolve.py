@@ -380,6 +380,8 @@ class Resolver:
                 result = self.in_class(cls, attr)
                 if result[0] == "missing" or result is OBJECT:
                     typed = self.instance_attr(cls, attr)
+                    if typed[0] not in ("instance", "container") and result[0] == "missing":
+                        typed = self._getattr_type(cls)
                     if typed[0] in ("instance", "container"):  # an instance attribute of a pinned type
                         result = typed
                     elif result[0] == "missing":  # of unknown type, or a method of a subclass
@@ -391,6 +393,16 @@ class Resolver:
             if result[0] == "sym":
                 deepest = result[1]
         return result, deepest
+
+    def _getattr_type(self, cls: str) -> tuple:
+        """What any missing attribute of an instance of ``cls`` is when its class (or a repository base) defines
+        ``__getattr__`` with a return annotation naming a class (pluggy's ``HookRelay``: ``-> HookCaller``)."""
+        found = self.in_class(cls, "__getattr__")
+        if found[0] != "sym":
+            return OBJECT
+        facts, idx = self.defs[found[1]]
+        d = facts.defs[idx]
+        return self.annotated(facts, d.parent, d.returns) if d.returns else OBJECT
 
     def _nested(self, qname: str) -> list[str]:
         """The functions defined inside the function ``qname`` (at any depth)."""
@@ -517,16 +529,28 @@ class Resolver:
                     unresolved.append(Unresolved(path, line, text, "dynamic dispatch"))
             elif tag == "missing" or result is UNBOUND:
                 unresolved.append(Unresolved(path, line, text, "unknown name"))
-        for d in defs:  # a decorated def runs its decorator's wrappers: the defs nested in the decorator
+        for d in defs:  # a decorated def runs its decorator's wrappers, and so does the def that decorates it
+            if not d.decorators:
+                continue
+            runner = d.parent  # the def whose run makes this one (a test defining a decorated helper or class)
+            while runner >= 0 and defs[runner].kind == "class":
+                runner = defs[runner].parent
             for chain in d.decorators:
                 found = self.chain(facts, d.parent, chain)
-                if found[0] != "sym" or found[1] not in self.defs:
+                if found[0] == "sym" and found[1] in self.defs:
+                    if self._is_class(found[1]):  # a class used as a decorator: its instance wraps the def
+                        wrappers = [f"{found[1]}.{n}" for n in ("__init__", "__call__", "__get__")
+                                    if f"{found[1]}.{n}" in self.defs]
+                    else:
+                        wrappers = self._nested(found[1])
+                elif found[0] == "instance":  # ``@marker`` / ``@marker(...)``: its ``__call__`` and what that returns
+                    call = self.in_class(found[1], "__call__")
+                    wrappers = [call[1], *self._nested(call[1])] if call[0] == "sym" else []
+                else:
                     continue
-                wrappers = self._nested(found[1])
-                if self._is_class(found[1]):  # a class used as a decorator: its instance wraps the def
-                    wrappers = [f"{found[1]}.{n}" for n in ("__init__", "__call__", "__get__")
-                                if f"{found[1]}.{n}" in self.defs]
                 refs.extend(Reference(d.qname, w, path, d.first_line, "implicit") for w in wrappers)
+                if runner >= 0:
+                    refs.extend(Reference(defs[runner].qname, w, path, d.first_line, "implicit") for w in wrappers)
         imported.discard(module)
         refs.sort(key=_by_line)
         unresolved.sort(key=_by_line)
