@@ -86,6 +86,11 @@ _QUERY = Query(PY_LANGUAGE, """
 (with_item value: (_) @with_value)
 (for_statement right: [(identifier) (attribute)] @iterated)
 (for_in_clause right: [(identifier) (attribute)] @iterated)
+(if_statement condition: [(identifier) (attribute)] @truth)
+(elif_clause condition: [(identifier) (attribute)] @truth)
+(while_statement condition: [(identifier) (attribute)] @truth)
+(not_operator argument: [(identifier) (attribute)] @truth)
+(conditional_expression . (_) . (_) @truth)
 """ + STORE_PATTERNS + """
 (for_in_clause left: (identifier) @store)
 (for_in_clause left: (pattern_list (identifier) @store))
@@ -464,6 +469,8 @@ def _collect_uses(facts: FileFacts, caps: dict) -> None:
                 receiver = _receiver(first)
                 if receiver is not None:  # the builtin itself (not a shadowing def) is checked by the resolver
                     refs.append((*scopes_at(start), line, "implicit", (*receiver, dunder), f"{name}()", None))
+                    if dunder == "__iter__" and name != "iter":  # it iterates: the iterator's ``__next__`` runs
+                        refs.append((*scopes_at(start), line, "implicit", (*receiver, "__next__"), f"{name}()", None))
         elif kind == "attribute":
             text = _text(node)
             chain = _dotted(text)
@@ -551,8 +558,12 @@ def _collect_implicit(facts: FileFacts, caps: dict) -> None:
 
     def add(node: Node, receiver: tuple | None, dunder: str | None) -> None:
         if receiver is not None and dunder is not None:
-            refs.append((*scopes_at(node.start_byte), node.start_point[0] + 1, "implicit", (*receiver, dunder),
-                         dunder, None))
+            where = (*scopes_at(node.start_byte), node.start_point[0] + 1, "implicit")
+            refs.append((*where, (*receiver, dunder), dunder, None))
+            if dunder == "__iter__":  # iterating runs the iterator's ``__next__``: often the object's own
+                refs.append((*where, (*receiver, "__next__"), dunder, None))
+            elif dunder == "__bool__":  # truth falls back on ``__len__``
+                refs.append((*where, (*receiver, "__len__"), dunder, None))
 
     for value in caps.get("subscripted", ()):
         subscript = value.parent
@@ -593,6 +604,9 @@ def _collect_implicit(facts: FileFacts, caps: dict) -> None:
             add(value, receiver, "__exit__")
     for node in caps.get("iterated", ()):
         add(node, _receiver(node), "__iter__")
+    for node in caps.get("truth", ()):
+        if node.type in ("identifier", "attribute"):
+            add(node, _receiver(node), "__bool__")
 
 
 def _decorator_chains(definition: Node) -> tuple:
