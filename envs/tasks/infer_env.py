@@ -583,7 +583,6 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
     why: dict[str, str] = {}
     notes: dict[str, str] = {}
     dropped: dict[str, str] = {}  # releases that need something with no wheel: the image's build would fail on them
-    broken: dict[str, set[str]] = {}  # name -> versions whose metadata pip refuses (invalid Requires-Dist)
     for _ in range(MAX_ROUNDS):
         wants: dict[str, _Want] = {}
         for line, source in roots:
@@ -604,19 +603,12 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
         for name, want in sorted(wants.items()):
             stamps = [d for d in want.dates if d is not None]
             asof[name] = max(stamps) if stamps else None
-            release, reason = _pick(name, want, python, asof[name], pypi, frozenset(broken.get(name, ())))
+            release, reason = _pick(name, want, python, asof[name], pypi)
             if release is None:
                 notes[name] = reason
                 continue
             new[name] = release
             why[name] = reason
-        refused = {n: r.version for n, r in new.items() if _invalid_metadata(r, pypi)}
-        if refused:  # pip ignores such a release: the one before it, next round
-            for name, version in refused.items():
-                broken.setdefault(name, set()).add(version)
-                notes[f"{name}=={version}"] = "its metadata does not parse (pip refuses it): skipped"
-            picked = {n: r for n, r in new.items() if n not in refused}
-            continue
         unmet = _unmet(new, wants, set(wants) - set(new), python, pypi)
         if unmet:
             dropped.update(unmet)
@@ -670,25 +662,30 @@ def _want(wants: dict[str, _Want], line: str, source: str, python: str, date: da
     want.extras |= set(requirement.extras)
 
 
-def _pick(name: str, want: _Want, python: str, date: datetime.datetime | None, pypi: PyPI,
-          skip: frozenset[str] = frozenset()):
+def _pick(name: str, want: _Want, python: str, date: datetime.datetime | None, pypi: PyPI):
     project = pypi.project(name, newer_than=date)
     if project is None:
         return None, "not on PyPI: left out"
     specs = [(s, who) for s, who in want.specs if s]
-    combined = SpecifierSet(",".join(s for s, _ in specs)) if specs else SpecifierSet()
-    release = pick_release(project, combined, python, date, skip)
     said = "; ".join(f"{s} ({who})" for s, who in specs) or "any version"
-    if release is None and specs:
-        # The askers disagree (or pin a release with no wheel for this Python). What the chosen releases and the
-        # harness require binds (pip refuses an environment that breaks it); the project's files' pins give way.
-        binding = [s for s, who in specs if who.startswith("the ") or re.fullmatch(r"[a-z0-9._-]+==\S+", who)]
-        fallbacks = ([SpecifierSet(",".join(binding))] if binding else []) + [SpecifierSet(specs[0][0]), SpecifierSet()]
-        for fallback in fallbacks:
-            release = pick_release(project, fallback, python, date, skip)
-            if release is not None:
-                said += f"; no release fits all of them, so {str(fallback) or 'any version'}"
-                break
+    # The askers may disagree (or pin a release with no wheel for this Python). What the chosen releases and the
+    # harness require binds (pip refuses an environment that breaks it); the project's files' pins give way.
+    binding = [s for s, who in specs if who.startswith("the ") or re.fullmatch(r"[a-z0-9._-]+==\S+", who)]
+    ranges = [SpecifierSet(",".join(s for s, _ in specs))] if specs else [SpecifierSet()]
+    if specs:
+        ranges += ([SpecifierSet(",".join(binding))] if binding else []) + [SpecifierSet(specs[0][0]), SpecifierSet()]
+    refused: list[str] = []
+    for number, spec in enumerate(ranges):
+        release = pick_release(project, spec, python, date)
+        while release is not None and _invalid_metadata(release, pypi):  # pip ignores it: the one before it
+            refused.append(release.version)
+            release = pick_release(project, spec, python, date, frozenset(refused))
+        if release is not None:
+            if number:
+                said += f"; no release fits all of them, so {str(spec) or 'any version'}"
+            break
+    if refused:
+        said += f"; skipped {', '.join(refused)}: metadata pip refuses"
     if release is None:
         return None, f"no release with a wheel for Python {python} ({said}): left out"
     when = "first after the date with a wheel" if release.after_date else "newest before the date"
