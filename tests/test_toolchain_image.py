@@ -24,7 +24,16 @@ def test_the_toolchain_picks_its_own_base_image_and_is_checked():
         toolchain_of({"toolchain": "gcc"})
 
 
-def test_hide_vendored_is_checked_and_deletes_after_the_installs():
+def test_images_build_checks_its_python_and_toolchain_before_building(capsys):
+    from repogym.cli import main
+    assert main(["images", "build", "--python", "2.7", "--toolchain", "build"]) == 2
+    assert "no image for Python '2.7'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["images", "build", "--toolchain", "gcc"])
+    assert "invalid choice: 'gcc'" in capsys.readouterr().err
+
+
+def test_hide_vendored_is_checked_and_compiles_after_the_installs():
     assert hidden_vendored({"hide_vendored": ["six", "requests", "six"]}) == ["requests", "six"]
     for bad in ("requests", ["../etc"], [3]):
         with pytest.raises(ConfigError, match="setup.hide_vendored: expected a list of package names"):
