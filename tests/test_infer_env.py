@@ -381,9 +381,10 @@ def test_an_inferred_row_validates_on_docker(tmp_path, monkeypatch):
              "calc/__init__.py": "", "calc/ops.py": CALC.replace("min(x, high)", "min(x, high - 1)"),
              "tests/test_ops.py": "from calc.ops import clamp\n\ndef test_low():\n    assert clamp(-5, 0, 10) == 0\n"}
     base = commit_repo(mirror, files, date="2024-01-01T00:00:00+00:00")
-    gold = "--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -1,2 +1,2 @@\n def clamp(x, low, high):\n" \
-           "-    return max(low, min(x, high - 1))\n+    return max(low, min(x, high))\n"
-    test_patch = "--- a/tests/test_high.py\n+++ b/tests/test_high.py\n@@ -0,0 +1,4 @@\n" \
+    gold = "diff --git a/calc/ops.py b/calc/ops.py\n--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -1,2 +1,2 @@\n" \
+           " def clamp(x, low, high):\n-    return max(low, min(x, high - 1))\n+    return max(low, min(x, high))\n"
+    test_patch = "diff --git a/tests/test_high.py b/tests/test_high.py\nnew file mode 100644\n--- /dev/null\n" \
+                 "+++ b/tests/test_high.py\n@@ -0,0 +1,4 @@\n" \
                  "+from calc.ops import clamp\n+\n+def test_high():\n+    assert clamp(15, 0, 10) == 10\n"
     monkeypatch.setenv("REPOGYM_MIRRORS", str(tmp_path / "mirrors"))
     task = convert_row({"instance_id": "tinyorg__calc-1", "repo": "tinyorg/calc", "base_commit": base,
