@@ -138,9 +138,19 @@ def _stderr(proc: subprocess.CompletedProcess) -> str:
     return proc.stderr.decode(errors="replace").strip()
 
 
+_HELD: set[tuple[str, str]] = set()  # (repository, commit) found there: a commit stays (every reset asks again)
+
+
 def has_commit(repo: Path | str, commit: str) -> bool:
-    """Whether the git repository ``repo`` holds ``commit`` (``git cat-file -e COMMIT^{commit}``)."""
-    return _git(repo, "cat-file", "-e", f"{_checked_commit(commit)}^{{commit}}").returncode == 0
+    """Whether the git repository ``repo`` holds ``commit`` (``git cat-file -e COMMIT^{commit}``; a yes is kept for
+    the process, a no asked again)."""
+    key = (str(repo), _checked_commit(commit))
+    if key in _HELD:
+        return True
+    held = _git(repo, "cat-file", "-e", f"{key[1]}^{{commit}}").returncode == 0
+    if held:
+        _HELD.add(key)
+    return held
 
 
 def _remote_error(what: str, url: str, proc: subprocess.CompletedProcess) -> Exception:
@@ -252,8 +262,9 @@ def _resolve(source: str) -> Path:
 
 
 def clear_caches() -> None:
-    """Forget resolved sources and snapshots (the files in the cache stay)."""
+    """Forget resolved sources, snapshots and commits found (the files in the cache stay)."""
     _resolve.cache_clear()
+    _HELD.clear()
     snapshot_of.cache_clear()
 
 

@@ -260,6 +260,8 @@ def _sanitize_git():
         return
     for name in os.listdir(dot_git):
         full = os.path.join(dot_git, name)
+        if name == "config" and not os.path.islink(full):
+            continue  # compared with the base's below
         if name not in GIT_KEEP or os.path.islink(full):
             _remove(full)
         elif os.path.isdir(full) != (name in GIT_KEEP_DIRS) or not (os.path.isdir(full) or os.path.isfile(full)):
@@ -267,8 +269,17 @@ def _sanitize_git():
             return
     for name in ("alternates", "http-alternates"):
         _remove(os.path.join(dot_git, "objects", "info", name))
-    with open(os.path.join(dot_git, "config"), "wb") as fh:
-        fh.write(_BASE["config"])
+    config = os.path.join(dot_git, "config")
+    # Left as it is (times too) when it is the base's: a file with those bytes, nothing else.
+    try:
+        st = os.lstat(config)
+        same = stat.S_ISREG(st.st_mode) and st.st_size == len(_BASE["config"]) and _read_bytes(config) == _BASE["config"]
+    except OSError:
+        same = False
+    if not same:
+        _remove(config)
+        with open(config, "wb") as fh:
+            fh.write(_BASE["config"])
 
 
 def _remove(path):
@@ -318,6 +329,8 @@ def load(req):
     _git("update-index", "-q", "--refresh", check=False)
     _git("tag", BASE_TAG)
     _BASE["commit"], _BASE["git"] = _git("rev-parse", "HEAD").strip(), _tar_of(os.path.join(ROOT, ".git"))
+    _BASE["members"] = None
+    _TREE.clear()
     with open(os.path.join(ROOT, ".git", "config"), "rb") as fh:
         _BASE["config"] = fh.read()
     return {"commit": _BASE["commit"], "tree": _git("rev-parse", BASE_TAG + "^{tree}").strip(), "killed": killed}
@@ -357,6 +370,84 @@ def _restore_git():
     _remove(os.path.join(ROOT, ".git"))
     with tarfile.open(fileobj=io.BytesIO(_BASE["git"])) as tar:
         tar.extractall(ROOT)
+
+
+SYNC_GIT_LIMIT = 64 << 20  # a larger .git is put back whole each reset rather than held a second time, parsed
+
+
+def _git_members():
+    """``{path under ROOT: (kind, mode, mtime, data)}`` of the base's ``.git`` (parsed once per base), or None when
+    it holds what :func:`_sync_git` does not compare (devices, hard links) or is over :data:`SYNC_GIT_LIMIT`."""
+    if _BASE.get("members") is None and _BASE["git"] is not None and len(_BASE["git"]) <= SYNC_GIT_LIMIT:
+        members = {}
+        with tarfile.open(fileobj=io.BytesIO(_BASE["git"])) as tar:
+            for m in tar.getmembers():
+                name = os.path.normpath(m.name)
+                if m.isdir():
+                    members[name] = ("dir", m.mode, m.mtime, None)
+                elif m.isfile():
+                    members[name] = ("file", m.mode, m.mtime, tar.extractfile(m).read())
+                elif m.issym():
+                    members[name] = ("link", m.mode, m.mtime, m.linkname)
+                else:
+                    return None
+        _BASE["members"] = members
+    return _BASE.get("members")
+
+
+def _sync_git():
+    """Make ``.git`` the base's again, writing only what differs: each file compared with the base's bytes, kind
+    and mode; what the base lacks removed; what it has put back (with its time). The same end as
+    :func:`_restore_git` (which it falls back to), at the cost of a read of ``.git`` instead of a rewrite."""
+    members = _git_members()
+    dot_git = os.path.join(ROOT, ".git")
+    if members is None or os.path.islink(dot_git) or not os.path.isdir(dot_git):
+        _restore_git()
+        return
+    seen = set()
+    for folder, dirs, files in os.walk(dot_git):
+        for name in sorted(dirs + files):
+            full = os.path.join(folder, name)
+            rel = os.path.relpath(full, ROOT)
+            st = os.lstat(full)
+            want = members.get(rel)
+            kind = "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else \
+                "link" if stat.S_ISLNK(st.st_mode) else "other"
+            same = want is not None and want[0] == kind and (
+                kind == "dir" or (kind == "link" and os.readlink(full) == want[3])
+                or (kind == "file" and st.st_size == len(want[3]) and _read_bytes(full) == want[3]))
+            if not same:
+                _remove(full)
+                if name in dirs:
+                    dirs.remove(name)
+                continue
+            seen.add(rel)
+            if kind != "link" and stat.S_IMODE(st.st_mode) != stat.S_IMODE(want[1]):
+                os.chmod(full, stat.S_IMODE(want[1]))
+    for rel in sorted(members):  # folders before what they hold
+        if rel in seen or rel == ".git":
+            continue
+        kind, mode, mtime, data = members[rel]
+        full = os.path.join(ROOT, rel)
+        if kind == "dir":
+            os.mkdir(full, stat.S_IMODE(mode))
+        elif kind == "link":
+            os.symlink(data, full)
+        else:
+            with open(full, "wb") as fh:
+                fh.write(data)
+            os.chmod(full, stat.S_IMODE(mode))
+            os.utime(full, (mtime, mtime))
+    kind, mode, mtime, _ = members.get(".git", ("dir", 0o755, 0, None))
+    os.chmod(dot_git, stat.S_IMODE(mode))
+
+
+def _read_bytes(path):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:  # unreadable (the agent's chmod 000): not the base's, so it is replaced
+        return None
 
 
 def _clear(folder):
@@ -402,21 +493,34 @@ def _clean_scratch(folders):
 
 
 def reset(req):
-    """Back to the base commit; kill stray processes; empty the scratch folders."""
+    """Back to the base commit; kill stray processes; empty the scratch folders. Answers how many processes were
+    killed and the seconds each phase took (``phases``)."""
+    phases, mark = {}, [time.monotonic()]
+
+    def lap(name):
+        now = time.monotonic()
+        phases[name] = round(now - mark[0], 6)
+        mark[0] = now
     killed = _kill_strays()
+    lap("kill_strays")
     if _BASE["git"] is None:
         raise RuntimeError("nothing loaded to reset to")
     _clean_scratch(req.get("scratch", []))
+    lap("clean_scratch")
     try:
-        _restore_git()
+        _sync_git()
+        lap("sync_git")
         _git_chain([["reset", "-q", "--hard", _BASE["commit"]], ["clean", "-q", "-ffdx"]])
+        lap("git_reset_clean")
         _put_back_metadata()
+        lap("metadata")
     except (RuntimeError, OSError):  # a full disk, say: start from an empty folder and check the base out
         _clear(ROOT)
         _restore_git()
         _git("reset", "-q", "--hard", _BASE["commit"])
         _put_back_metadata()
-    return {"killed": killed}
+        lap("from_empty")
+    return {"killed": killed, "phases": phases}
 
 
 def _tree_entries(folder, rel):
@@ -588,6 +692,8 @@ def import_state(req):
     base = req["base"]
     _BASE["commit"] = base["commit"]
     _BASE["git"] = base64.b64decode(base["git"]) if base.get("git") else None
+    _BASE["members"] = None
+    _TREE.clear()
     _BASE["config"] = base64.b64decode(base["config"]) if base.get("config") else None
     _BASE["meta"] = base.get("meta") or {}
     _SETTLED.clear()  # another file system: every path is looked at in full on the next reset
@@ -684,9 +790,53 @@ def diff(req):
                              _BASE["commit"] or BASE_TAG])}
 
 
+# The last tree id and the signature of the files it was computed from (see tree).
+_TREE = {}
+# How recent a change time may be for its file to count as possibly changed again unseen: file times tick
+# coarsely (a few ms), so a write in the same tick as a look leaves them equal. Wide, to be safe.
+RACY_NS = 50_000_000
+
+
+def _signature():
+    """``(signature, settled)``: every file's ``(path, inode, size, mtime, ctime, mode)``, and only ``(path, inode,
+    mode, size)`` of folders and git objects (the index left out: the runner's own git writes it), and whether every
+    other file's ctime is older than :data:`RACY_NS` (no change can hide in a clock tick)."""
+    start = time.time_ns()
+    entries, newest = [], 0
+    index, objects = os.path.join(ROOT, ".git", "index"), os.path.join(ROOT, ".git", "objects") + os.sep
+    for folder, dirs, files in os.walk(ROOT):
+        dirs.sort()
+        for name in sorted(files + dirs):
+            full = os.path.join(folder, name)
+            if full == index:
+                continue
+            try:
+                st = os.lstat(full)
+            except OSError:
+                return None, False
+            # What a folder holds is listed here: its own times only say it changed. An object's name is its
+            # content, and git freshens the times of objects it finds already there.
+            if stat.S_ISDIR(st.st_mode) or full.startswith(objects):
+                entries.append((full, st.st_ino, st.st_mode, st.st_size))
+                continue
+            entries.append((full, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode))
+            newest = max(newest, st.st_ctime_ns)
+    return tuple(entries), newest < start - RACY_NS
+
+
 def tree(req):
-    """The id of the working tree's content (new files included): cheaper than a diff, same change signal."""
-    return {"tree": _staged(["write-tree"]).strip()}
+    """The id of the working tree's content (new files included): cheaper than a diff, same change signal.
+
+    Unchanged since the last call (every path's inode, size, times and mode the same, and none changed so recently
+    that a change could hide in the same clock tick) gives the last id without running git."""
+    signature, settled = _signature()
+    if signature is not None and _TREE.get("signature") == signature and _TREE.get("settled"):
+        return {"tree": _TREE["id"], "cached": True}
+    tree_id = _staged(["write-tree"]).strip()
+    _TREE.clear()
+    signature, settled = _signature()  # after git: what it wrote (objects) is part of what is compared next
+    _TREE.update(signature=signature, settled=settled, id=tree_id)
+    return {"tree": tree_id}
 
 
 OPS = {"run": run, "tree": tree, "read": read, "write": write, "load": load, "reset": reset, "diff": diff,
