@@ -257,6 +257,17 @@ def test_a_release_whose_metadata_pip_refuses_gives_way_to_the_one_before(tmp_pa
     assert "skipped 0.5.9: metadata pip refuses" in result.provenance["pins"]["flox"]
 
 
+def test_a_conflict_between_two_askers_moves_one_back_to_a_release_that_agrees(tmp_path):
+    index = FakeIndex(*TOOLS, release("aiobotocore", "2.3.4", "2022-06-23", requires=["botocore>=1.24.21,<1.24.22"]),
+                      release("boto3", "1.21.21", "2022-03-16", requires=["botocore<1.25.0,>=1.24.21"]),
+                      release("boto3", "1.24.35", "2022-07-21", requires=["botocore<1.28.0,>=1.27.35"]),
+                      release("botocore", "1.24.21", "2022-03-16"), release("botocore", "1.27.35", "2022-07-21"))
+    result = inferred(tmp_path, {"setup.py": "setup(name='x', install_requires=['aiobotocore', 'boto3'])\n"}, index,
+                      date="2022-08-01T00:00:00+00:00")
+    assert {"aiobotocore==2.3.4", "boto3==1.21.21", "botocore==1.24.21"} <= set(result.setup["pip"])
+    assert "the resolver (botocore==1.24.21, which boto3==1.24.35 excludes)" in result.provenance["pins"]["boto3"]
+
+
 def test_extras_an_install_line_names_are_followed_through_the_project_s_own_extras(tmp_path):
     setup_py = ("setup(name='cloudmock', install_requires=['requests'],\n"
                 "      extras_require={'all': ['cloudmock[s3,ec2]'], 's3': ['boto3'], 'ec2': ['sshpubkeys'],\n"

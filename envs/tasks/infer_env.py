@@ -46,7 +46,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from repogym.envs.core.errors import InfraError
-from repogym.envs.tasks.pypi import PyPI, Release, pick_release
+from repogym.envs.tasks.pypi import PyPI, Release, fitting_releases, pick_release
 # Private to repos.py, used here on purpose: git with hooks and fsmonitor off, and a mirror read through
 # repogym's own view of it (its config never used). A public reader there would be better.
 from repogym.envs.tasks.repos import _git, _locate, _stderr
@@ -73,7 +73,9 @@ LEFT_OUT_PROJECTS = {"pre-commit", "tox", "twine", "nox", "pip-tools", "check-ma
 CONDA_NAMES = {"matplotlib-base": "matplotlib", "iris": "scitools-iris", "dask-core": "dask", "pytables": "tables", "pytorch": "torch",
                "msgpack-python": "msgpack", "python-graphviz": "graphviz", "hdf5": "python", "netcdf-fortran": "python"}
 """conda package names that are not PyPI's (``python``: a library with no Python package, left out)."""
-MAX_ROUNDS = 12
+MAX_ROUNDS = 16
+MAX_CONFLICT_TRIES = 60
+"""Releases of an asker tried, newest first, to end a conflict over one of its requirements."""
 """Rounds of pinning and re-reading the pins' own requirements before the set is taken as it is."""
 FILES_READ = ("pyproject.toml", "setup.cfg", "setup.py", "tox.ini", "environment.yml", "environment.yaml",
               "pytest.ini", "conftest.py")
@@ -583,9 +585,10 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
     why: dict[str, str] = {}
     notes: dict[str, str] = {}
     dropped: dict[str, str] = {}  # releases that need something with no wheel: the image's build would fail on them
+    held: dict[str, tuple[str, str]] = {}  # name -> (requirement, why): an asker moved back to end a conflict
     for _ in range(MAX_ROUNDS):
         wants: dict[str, _Want] = {}
-        for line, source in roots:
+        for line, source in roots + list(held.values()):
             _want(wants, line, source, python, date)
         for name, release in sorted(picked.items()):
             extras = frozenset(wants[name].extras) if name in wants else frozenset()
@@ -615,12 +618,44 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
             notes.update(unmet)
             picked = {n: r for n, r in new.items() if n not in unmet}
             continue
+        moved = _settle_conflict(new, wants, asof, python, pypi, held)
+        if moved:
+            held.update(moved)
+            picked = new
+            continue
         if {n: r.version for n, r in new.items()} == {n: r.version for n, r in picked.items()}:
             break
         picked = new
     pins = [f"{name}=={release.version}" for name, release in sorted(picked.items())]
     return pins, {n: why[n] for n in sorted(picked)}, [f"{n}: {m}" for n, m in sorted(notes.items())
                                                           if n not in picked]
+
+
+def _settle_conflict(picked: dict[str, Release], wants: dict[str, _Want], asof: dict[str, datetime.datetime | None],
+                     python: str, pypi: PyPI, held: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """For the first pin that a picked release's requirement excludes (``aiobotocore`` wants ``botocore`` 1.24,
+    ``boto3`` wants 1.27): that asker held at its newest release (as of its date, within what else asks of it)
+    whose requirement admits the pin; {} when there is no conflict or no such release."""
+    for name, release in sorted(picked.items()):
+        for spec, who in wants[name].specs if name in wants else []:
+            asker, _, version = who.partition("==")
+            if not spec or asker not in picked or picked[asker].version != version or asker in held \
+                    or SpecifierSet(spec).contains(release.version, prereleases=True):
+                continue
+            others = ",".join(s for s, w in wants[asker].specs if s and not w.startswith("the resolver"))
+            project = pypi.project(asker, newer_than=asof.get(asker))
+            if project is None:
+                continue
+            candidates = [f for f in fitting_releases(project, SpecifierSet(others), python)
+                          if asof.get(asker) is None or f[1] < asof[asker]][::-1][:MAX_CONFLICT_TRIES]
+            for cand_version, uploaded, url, size in candidates:
+                candidate = Release(asker, str(cand_version), uploaded, url, size, after_date=False)
+                needs = [r for r in map(_parse, pypi.requires_dist(candidate))
+                         if r is not None and canonicalize_name(r.name) == name]
+                if all(r.specifier.contains(release.version, prereleases=True) for r in needs):
+                    return {asker: (f"{asker}=={cand_version}", f"the resolver ({name}=={release.version}, "
+                                                                f"which {asker}=={version} excludes)")}
+    return {}
 
 
 def _invalid_metadata(release: Release, pypi: PyPI) -> bool:

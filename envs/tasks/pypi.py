@@ -201,13 +201,13 @@ def _when(stamp: str) -> datetime.datetime | None:
         return None
 
 
-def pick_release(project: dict[str, Any], spec: SpecifierSet, python: str, before: datetime.datetime | None,
-                 skip: frozenset[str] = frozenset()) -> Release | None:
-    """The release of ``project`` (PyPI's JSON) to pin, none of ``skip``: see the module docstring; None when no
-    release fits."""
+def fitting_releases(project: dict[str, Any], spec: SpecifierSet, python: str,
+                     skip: frozenset[str] = frozenset()) -> list[tuple[Version, datetime.datetime, str, int]]:
+    """``(version, first upload, wheel url, wheel size)`` of every release of ``project`` that ``spec`` allows
+    (none of ``skip``, no pre-release, not yanked) with a wheel for Linux x86_64 CPython ``python``, in version
+    order."""
     tags = supported_tags(python)
-    name = str(project.get("info", {}).get("name") or "")
-    fitting: list[tuple[Version, datetime.datetime, str]] = []
+    fitting: list[tuple[Version, datetime.datetime, str, int]] = []
     for text, files in (project.get("releases") or {}).items():
         try:
             version = Version(text)
@@ -224,8 +224,17 @@ def pick_release(project: dict[str, Any], spec: SpecifierSet, python: str, befor
             uploaded = min(stamps)
             fitting.append((version, uploaded if uploaded.tzinfo else uploaded.replace(tzinfo=datetime.timezone.utc),
                             wheel["url"], int(wheel.get("size") or 0)))
+    return sorted(fitting)
+
+
+def pick_release(project: dict[str, Any], spec: SpecifierSet, python: str, before: datetime.datetime | None,
+                 skip: frozenset[str] = frozenset()) -> Release | None:
+    """The release of ``project`` (PyPI's JSON) to pin, none of ``skip``: see the module docstring; None when no
+    release fits."""
+    name = str(project.get("info", {}).get("name") or "")
+    fitting = fitting_releases(project, spec, python, skip)
     if not fitting:
         return None
     earlier = [f for f in fitting if before is None or f[1] < before]
-    version, uploaded, url, size = max(earlier) if earlier else min(fitting)
+    version, uploaded, url, size = earlier[-1] if earlier else fitting[0]
     return Release(name, str(version), uploaded, url, size, after_date=not earlier)
