@@ -397,3 +397,50 @@ def test_fifos_and_sockets_cannot_hang_the_runner(env, tiny_task):
     env.step(call("apply_patch", patch=tiny_task.patch))
     obs, reward, term, trunc, info = env.step(call("submit"))
     assert term and reward == 1.0, obs
+
+
+# Every .git file with its mode and content hash, and every folder and link: what a reset must give back exactly
+# (but the index's stat data and the reflogs' lines, which git's own reset writes with the time of day).
+GIT_LISTING = ("cd .git && find . -path ./index -prune -o -printf '%y %m %p %l\\n' | sort && "
+               "find . -type f ! -name index ! -path './logs/*' -exec sha256sum {} + | sort -k2")
+
+
+GIT_TAMPERING = {
+    # What reset finds file by file: an object changed in place (same size), config, a hook, a link, a stray folder.
+    "in place": ("chmod u+w {obj} && printf 'x' | dd of={obj} bs=1 seek=3 conv=notrunc 2>/dev/null; "
+                 "printf '[core]\\n\\tfsmonitor = /tmp/evil\\n' >> .git/config; "
+                 "mkdir -p .git/hooks && printf '#!/bin/sh\\n' > .git/hooks/post-checkout; "
+                 "ln -sf /etc/passwd .git/description; chmod 777 .git/objects; "
+                 "mkdir .git/objects/zz && touch .git/objects/zz/planted"),
+    # What makes it start again from an empty folder: a FIFO for HEAD, a folder nobody can read.
+    "unreadable": "rm -f .git/HEAD && mkfifo .git/HEAD; chmod 000 .git/refs/tags",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(GIT_TAMPERING))
+def test_a_tampered_git_folder_is_the_bases_again_after_a_reset(env, kind):
+    # reset writes back only the .git files that differ from the base's: each kind of difference must be found.
+    # (Straight on the sandbox: an env step would have its git call clean part of it up first.)
+    env.reset()  # what a reset leaves (git's reset writes ORIG_HEAD, say): the state every episode starts from
+    box = env._sandbox
+    pristine = box.run(GIT_LISTING).stdout
+    obj = box.run("find .git/objects -type f | head -1").stdout.strip()
+    assert box.run(GIT_TAMPERING[kind].format(obj=obj)).ok
+    assert box.run(GIT_LISTING).stdout != pristine
+    env.reset()
+    assert env._sandbox.run(GIT_LISTING).stdout == pristine
+    assert env._sandbox.diff() == ""
+
+
+def test_an_edit_that_restores_size_and_times_still_counts_as_an_edit(env):
+    # The tree id is reused while no file changed: what no process can set back (ctime) must decide, not mtime.
+    bash(env, "sleep 0.2")  # every file settled: the next tree id may come from the cache
+    before = env.ctx.episode.last_edit_turn
+    obs, _ = bash(env, "cp -p calc/ops.py /tmp/keep && sed -i 's/high - 1/high + 1/' calc/ops.py && "
+                       "touch -r /tmp/keep calc/ops.py && stat -c %s calc/ops.py /tmp/keep")
+    sizes = obs.split()
+    assert sizes[0] == sizes[1]  # same size, same mtime: only the content (and ctime) differ
+    assert env.ctx.episode.last_edit_turn != before and env.ctx.episode.last_edit_turn == env.turn
+    edited = env.ctx.episode.last_edit_turn
+    bash(env, "sleep 0.2; cat calc/ops.py > /dev/null")
+    assert env.ctx.episode.last_edit_turn == edited  # a read is no edit
