@@ -74,8 +74,8 @@ CONDA_NAMES = {"matplotlib-base": "matplotlib", "iris": "scitools-iris", "dask-c
                "msgpack-python": "msgpack", "python-graphviz": "graphviz", "hdf5": "python", "netcdf-fortran": "python"}
 """conda package names that are not PyPI's (``python``: a library with no Python package, left out)."""
 MAX_ROUNDS = 16
-MAX_CONFLICT_TRIES = 60
-"""Releases of an asker tried, newest first, to end a conflict over one of its requirements."""
+MAX_CONFLICT_TRIES = 40
+"""Releases of an asker whose metadata is read to end a conflict over one of its requirements."""
 """Rounds of pinning and re-reading the pins' own requirements before the set is taken as it is."""
 FILES_READ = ("pyproject.toml", "setup.cfg", "setup.py", "tox.ini", "environment.yml", "environment.yaml",
               "pytest.ini", "conftest.py")
@@ -646,16 +646,58 @@ def _settle_conflict(picked: dict[str, Release], wants: dict[str, _Want], asof: 
             project = pypi.project(asker, newer_than=asof.get(asker))
             if project is None:
                 continue
-            candidates = [f for f in fitting_releases(project, SpecifierSet(others), python)
-                          if asof.get(asker) is None or f[1] < asof[asker]][::-1][:MAX_CONFLICT_TRIES]
-            for cand_version, uploaded, url, size in candidates:
-                candidate = Release(asker, str(cand_version), uploaded, url, size, after_date=False)
-                needs = [r for r in map(_parse, pypi.requires_dist(candidate))
-                         if r is not None and canonicalize_name(r.name) == name]
-                if all(r.specifier.contains(release.version, prereleases=True) for r in needs):
-                    return {asker: (f"{asker}=={cand_version}", f"the resolver ({name}=={release.version}, "
-                                                                f"which {asker}=={version} excludes)")}
+            candidates = [Release(asker, str(v), up, url, size, after_date=False)
+                          for v, up, url, size in fitting_releases(project, SpecifierSet(others), python)
+                          if asof.get(asker) is None or up < asof[asker]][::-1]
+            found = _newest_admitting(candidates, name, release.version, python, pypi)
+            if found is not None:
+                return {asker: (f"{asker}=={found.version}", f"the resolver ({name}=={release.version}, "
+                                                             f"which {asker}=={version} excludes)")}
     return {}
+
+
+def _newest_admitting(candidates: list[Release], name: str, version: str, python: str,
+                      pypi: PyPI) -> Release | None:
+    """The first of ``candidates`` (newest first) whose requirement on ``name`` admits ``version``. An asker's
+    floor on another project only falls with its older releases (boto3 has a release a day), so the newest one whose
+    floor admits ``version`` is found by galloping then bisecting; the few from there are then read in turn.
+    At most :data:`MAX_CONFLICT_TRIES` metadata reads."""
+    wanted = Version(version)
+    reads = [0]
+
+    def needs(index: int) -> list[Requirement]:
+        reads[0] += 1
+        return [r for r in map(_parse, pypi.requires_dist(candidates[index]))
+                if r is not None and canonicalize_name(r.name) == name and _applies(r, python)]
+
+    def floor_admits(index: int) -> bool:
+        return all(not (s.operator in (">=", ">", "==", "~=") and _version(s.version) > wanted)
+                   for r in needs(index) for s in r.specifier)
+
+    failed, step, first = -1, 1, None
+    while failed < len(candidates) - 1 and reads[0] < MAX_CONFLICT_TRIES:
+        probe = min(failed + step, len(candidates) - 1)
+        if floor_admits(probe):
+            low, high = failed, probe
+            while high - low > 1 and reads[0] < MAX_CONFLICT_TRIES:
+                middle = (low + high) // 2
+                low, high = (low, middle) if floor_admits(middle) else (middle, high)
+            first = high
+            break
+        failed, step = probe, step * 2
+    for index in range(first, len(candidates)) if first is not None else ():
+        if reads[0] >= MAX_CONFLICT_TRIES:
+            break
+        if all(r.specifier.contains(version, prereleases=True) for r in needs(index)):
+            return candidates[index]
+    return None
+
+
+def _version(text: str) -> Version:
+    try:
+        return Version(text.rstrip(".*"))
+    except InvalidVersion:
+        return Version("0")
 
 
 def _invalid_metadata(release: Release, pypi: PyPI) -> bool:
