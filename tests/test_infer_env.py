@@ -268,6 +268,21 @@ def test_a_conflict_between_two_askers_moves_one_back_to_a_release_that_agrees(t
     assert "the resolver (botocore==1.24.21, which boto3==1.24.35 excludes)" in result.provenance["pins"]["boto3"]
 
 
+def test_the_asker_moved_back_is_found_among_many_releases_by_its_floor(tmp_path):
+    # boto3 1.21.N needs botocore >=1.24.N,<1.25; 1.20.N needs <1.24: only 1.21.0..1.21.21 admit botocore 1.24.21.
+    boto3 = [release("boto3", f"1.20.{n}", f"2022-01-{1 + n // 2:02d}", requires=["botocore<1.24"]) for n in range(40)]
+    boto3 += [release("boto3", f"1.21.{n}", f"2022-03-{1 + n // 2:02d}", requires=[f"botocore>=1.24.{n},<1.25"])
+              for n in range(45)]
+    boto3 += [release("boto3", f"1.24.{n}", f"2022-07-{1 + n // 2:02d}", requires=[f"botocore>=1.27.{n}"])
+              for n in range(36)]
+    index = FakeIndex(*TOOLS, *boto3, release("aiobotocore", "2.3.4", "2022-06-23", requires=["botocore==1.24.21"]),
+                      release("botocore", "1.24.21", "2022-03-16"), release("botocore", "1.27.35", "2022-07-21"))
+    result = inferred(tmp_path, {"setup.py": "setup(name='x', install_requires=['aiobotocore', 'boto3'])\n"}, index,
+                      date="2022-08-01T00:00:00+00:00")
+    assert {"boto3==1.21.21", "botocore==1.24.21"} <= set(result.setup["pip"])
+    assert sum(url.endswith(".metadata") and "boto3" in url for url in index.requests) <= 20  # not one by one
+
+
 def test_extras_an_install_line_names_are_followed_through_the_project_s_own_extras(tmp_path):
     setup_py = ("setup(name='cloudmock', install_requires=['requests'],\n"
                 "      extras_require={'all': ['cloudmock[s3,ec2]'], 's3': ['boto3'], 'ec2': ['sshpubkeys'],\n"
