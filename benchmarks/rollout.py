@@ -8,6 +8,11 @@ read (machines here are noisy): async/sync and N/1 workers.
 
 Run from the repository root:
 ``python -m benchmarks.rollout [--workers 2] [--steps 3] [--tasks-per-step 2] [--json]``.
+
+``--oracle``: instead, the number users plan rollouts with: episodes per minute, and per minute per core, of the
+whole builtin suite played by the oracle (gold patch, submit: every episode ends in a real grading) and by the null
+agent (submit at once), ``repogym bench`` at ``--concurrency`` envs on ``--sandbox`` (default: the default backend).
+``python -m benchmarks.rollout --oracle [--concurrency 2] [--sandbox docker] [--limit N]``.
 """
 
 from __future__ import annotations
@@ -41,13 +46,51 @@ def summarise(steps: list[dict]) -> dict:
             "staleness_mean": statistics.fmean(m.get("rollout/staleness_mean", 0.0) for m in steps)}
 
 
+def oracle_throughput(concurrency: int, sandbox: str | None, limit: int | None) -> dict[str, dict]:
+    """Episodes per minute (and per minute per core) of the builtin suite under the oracle and the null agent."""
+    import os
+    import time
+
+    from repogym.bench.runner import BenchConfig, run_bench
+
+    cores = len(os.sched_getaffinity(0))
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="repogym-rollout-") as tmp:
+        for agent in ("oracle", "null"):
+            config = BenchConfig(agent=agent, db=Path(tmp) / "bench.db", concurrency=concurrency, sandbox=sandbox,
+                                 limit=limit, progress=False)
+            start = time.monotonic()
+            report = run_bench(config)
+            seconds = time.monotonic() - start
+            summary = report.summaries[0]
+            results[agent] = {"episodes": report.written, "seconds": seconds, "resolved_rate": summary.resolved_rate,
+                              "episodes_per_min": 60 * report.written / seconds,
+                              "episodes_per_min_per_core": 60 * report.written / seconds / cores, "cores": cores}
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2, help="N, the larger fleet (default 2)")
     parser.add_argument("--steps", type=int, default=3, help="RL steps per setting (default 3)")
     parser.add_argument("--tasks-per-step", type=int, default=2)
+    parser.add_argument("--oracle", action="store_true", help="episodes/min of the builtin suite: oracle and null")
+    parser.add_argument("--concurrency", type=int, default=2, help="--oracle: envs at once (default 2)")
+    parser.add_argument("--sandbox", default=None, help="--oracle: the backend (default: the default one)")
+    parser.add_argument("--limit", type=int, default=None, help="--oracle: the first N tasks only")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
+    if args.oracle:
+        results = oracle_throughput(args.concurrency, args.sandbox, args.limit)
+        if args.json:
+            print(json.dumps(results, indent=2))
+            return 0
+        print(f"builtin suite, {args.concurrency} envs, {results['oracle']['cores']} cores")
+        print(f"{'agent':<8} {'episodes':>8} {'resolved':>9} {'eps/min':>8} {'eps/min/core':>13}")
+        for agent, r in results.items():
+            print(f"{agent:<8} {r['episodes']:>8} {r['resolved_rate']:>9.0%} {r['episodes_per_min']:>8.1f} "
+                  f"{r['episodes_per_min_per_core']:>13.1f}")
+        return 0
     import ray
 
     ray.init(num_cpus=max(2, args.workers), include_dashboard=False, log_to_driver=False)

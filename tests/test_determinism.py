@@ -5,8 +5,9 @@ patch must agree exactly on the status and on the outcome of every graded test, 
 empty must not. A disagreement names the task, the patch and the tests whose outcome changed (a flaky
 task, or a grader that is not deterministic), rather than being retried away.
 
-Each grade gets a fresh sandbox, as episodes get them: a warm :class:`SandboxPool` per environment image
-starts the next one while the current grade runs, so reuse buys start-up time, never shared state.
+Each grade gets a fresh sandbox, as episodes get them: a warm :class:`SandboxPool` per task (of sandboxes
+health-checked and holding the base, as an env's grading pool keeps them) makes the next one ready while the
+current grade runs, so reuse buys start-up time, never shared state.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Callable
 import pytest
 
 from repogym.envs.rewards import EvalRecord, grade
+from repogym.envs.rewards.evaluate import prepared
 from repogym.envs.core.status import Status
 from repogym.envs.sandbox import SandboxConfig, make_sandbox
 from repogym.envs.sandbox.base import Sandbox
@@ -53,13 +55,20 @@ def disagreements(task: Task, label: str, records: list[EvalRecord], expected: s
 
 
 def check_task(task: Task, make: Callable[[], Sandbox], runs: int, empty_runs: int) -> tuple[list[str], float]:
-    """Grade gold ``runs`` times and empty ``empty_runs`` times; the problems found and the seconds it took."""
+    """Grade gold ``runs`` times and empty ``empty_runs`` times; the problems found and the seconds it took.
+
+    As an env grades: from a warm pool of sandboxes health-checked and holding the base (``prepared``), the next one
+    made ready while the current grade runs; each grade still gets a fresh sandbox."""
     start = time.monotonic()
     problems = []
-    for label, patch, expected, times in (("gold", task.patch, Status.RESOLVED, runs),
-                                          ("empty", "", Status.UNRESOLVED, empty_runs)):
-        records = [grade(task, patch, make, timeout=EVAL_TIMEOUT) for _ in range(times)]
-        problems += disagreements(task, label, records, expected)
+    pool = SandboxPool(prepared(make, task), size=1)
+    try:
+        for label, patch, expected, times in (("gold", task.patch, Status.RESOLVED, runs),
+                                              ("empty", "", Status.UNRESOLVED, empty_runs)):
+            records = [grade(task, patch, pool.acquire, timeout=EVAL_TIMEOUT, checked=True) for _ in range(times)]
+            problems += disagreements(task, label, records, expected)
+    finally:
+        pool.close()
     return problems, time.monotonic() - start
 
 
@@ -107,24 +116,15 @@ def test_five_grades_agree_on_every_builtin_task_in_docker(capsys):
     assert len(tasks) >= 30
     workers = min(4, (os.cpu_count() or 2) + 1)  # 3 on two cores: grading is CPU-bound, start-up is not
     config = SandboxConfig(run_id="pytest-determinism")
-    pools: dict[str, SandboxPool] = {}
+    images = {task.instance_id: ensure_env_image(task.setup) for task in tasks}  # built up front, once each
 
     def factory_for(task):
-        image = ensure_env_image(task.setup)
-        if image not in pools:
-            pools[image] = SandboxPool(lambda: make_sandbox("docker", config, image=image), size=workers)
-        return pools[image].acquire
+        return lambda: make_sandbox("docker", config, image=images[task.instance_id])
 
     start = time.monotonic()
-    try:
-        for task in tasks:  # build images and start pools up front: the workers then only read `pools`
-            factory_for(task)
-        # The gold patch 5 times (the spec). The empty patch's control is test_builtin_suite's docker validation,
-        # which grades it three times per task and fails on any test whose outcome changes: not graded again here.
-        problems, seconds = check_tasks(tasks, factory_for, runs=5, empty_runs=0, workers=workers)
-    finally:
-        for pool in pools.values():
-            pool.close()
-    report(capsys, f"docker, {len(tasks)} tasks x 5 gold grades, {len(pools)} pool(s)",
+    # The gold patch 5 times (the spec). The empty patch's control is test_builtin_suite's docker validation,
+    # which grades it three times per task and fails on any test whose outcome changes: not graded again here.
+    problems, seconds = check_tasks(tasks, factory_for, runs=5, empty_runs=0, workers=workers)
+    report(capsys, f"docker, {len(tasks)} tasks x 5 gold grades, {len(set(images.values()))} image(s)",
            time.monotonic() - start, seconds)
     assert problems == []
