@@ -265,3 +265,16 @@ def test_setup_source_kinds_are_checked(tmp_path):
         repo_path(task(v1, source="svn:x"))
     with pytest.raises(ConfigError, match="expected a git URL"):
         repo_path(task(v1, source="git:--upload-pack=touch /tmp/pwned"))
+
+
+def test_snapshots_are_cached_by_size_not_count(tmp_path):
+    # A run over big trees must not hold dozens of them whole: the cache keeps the most recent within its bytes.
+    from repogym.envs.sandbox.snapshot import RepoSnapshot
+    cache = repos._SnapshotCache(budget=250)
+    for i in range(5):
+        cache.put(("repo", f"c{i}"), RepoSnapshot(key=f"k{i}", tar=b"x" * 100))
+        cache.get(("repo", "c0"))  # the oldest, kept in use
+    assert cache.size <= 250
+    assert [k for k in ("c0", "c1", "c2", "c3", "c4") if cache.get(("repo", k))] == ["c0", "c4"]
+    cache.put(("repo", "huge"), RepoSnapshot(key="huge", tar=b"x" * 251))  # larger than the budget: not kept
+    assert cache.get(("repo", "huge")) is None and cache.size == 200

@@ -28,6 +28,7 @@ objects are intact, or that ``path:`` and ``builtin:`` sources ignore their own 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import fcntl
@@ -38,6 +39,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -265,7 +267,7 @@ def clear_caches() -> None:
     """Forget resolved sources, snapshots and commits found (the files in the cache stay)."""
     _resolve.cache_clear()
     _HELD.clear()
-    snapshot_of.cache_clear()
+    _snapshots.cache_clear()
 
 
 # -- a task's repository ---------------------------------------------------------------------------------
@@ -310,12 +312,56 @@ def snapshot(task: Task) -> RepoSnapshot:
     return dataclasses.replace(tree, key=f"{tree.key}+install:{digest}", install=steps)
 
 
-@functools.lru_cache(maxsize=64)
+SNAPSHOT_CACHE_BYTES = int(os.environ.get("REPOGYM_SNAPSHOT_CACHE_MB", "256")) << 20
+"""Bytes of snapshots kept in memory per process (``REPOGYM_SNAPSHOT_CACHE_MB``, default 256): by size, not count, so
+a run over Django- or sympy-size trees (tens of MB each) holds a few of them, not 64."""
+
+
+class _SnapshotCache:
+    """The most recently used snapshots, up to ``budget`` bytes of tar (one larger than that is not kept)."""
+
+    def __init__(self, budget: int):
+        self.budget, self.size = budget, 0
+        self._items: collections.OrderedDict[tuple[str, str], RepoSnapshot] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> RepoSnapshot | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[str, str], snap: RepoSnapshot) -> None:
+        with self._lock:
+            if key in self._items or len(snap.tar) > self.budget:
+                return
+            self._items[key] = snap
+            self.size += len(snap.tar)
+            while self.size > self.budget:
+                _, dropped = self._items.popitem(last=False)
+                self.size -= len(dropped.tar)
+
+    def cache_clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.size = 0
+
+
+_snapshots = _SnapshotCache(SNAPSHOT_CACHE_BYTES)
+
+
 def snapshot_of(repo: str, commit: str) -> RepoSnapshot:
-    """The tree of ``repo`` at ``commit`` (cached; a failure is not)."""
+    """The tree of ``repo`` at ``commit`` (cached up to :data:`SNAPSHOT_CACHE_BYTES`; a failure is not)."""
+    found = _snapshots.get((repo, commit))
+    if found is not None:
+        return found
     if not has_commit(repo, commit):
         raise ConfigError(f"commit {commit} is not in the git repository {repo}")
     proc = _git(repo, "archive", "--format=tar", commit)
     if proc.returncode != 0:
         raise InfraError("tasks.repos", f"git archive {commit} in {repo} failed: {_stderr(proc)}")
-    return RepoSnapshot(key=f"{repo}@{commit}", tar=proc.stdout)
+    snap = RepoSnapshot(key=f"{repo}@{commit}", tar=proc.stdout)
+    _snapshots.put((repo, commit), snap)
+    return snap
+
