@@ -300,3 +300,30 @@ def test_measure_coverage_in_a_sandbox_then_from_the_cache(tiny_task, backend):
 
     assert measure_coverage(tiny_task, no_sandbox).functions == cmap.functions
     assert cached_map(tiny_task).functions == cmap.functions
+
+
+def test_a_changed_fixture_keeps_the_tests_that_ask_for_it():
+    files = {"tests/conftest.py": b'''import pytest
+
+
+@pytest.fixture(scope="session")
+def db():
+    return {}
+''', "tests/test_a.py": b'''def test_one(db):
+    assert db == {}
+
+
+def test_two(db):
+    assert not db
+'''}
+    index = RepoIndex.from_files(files)
+    cmap = CoverageMap({"tests.conftest.db": frozenset({"tests/test_a.py::test_one"}),
+                        "tests.test_a.test_one": frozenset({"tests/test_a.py::test_one"}),
+                        "tests.test_a.test_two": frozenset({"tests/test_a.py::test_two"})},
+                       frozenset({"tests/test_a.py::test_one", "tests/test_a.py::test_two"}))
+    after = files["tests/conftest.py"].replace(b"return {}", b"return {1: 2}")
+    diff = "".join(difflib.unified_diff(files["tests/conftest.py"].decode().splitlines(True),
+                                        after.decode().splitlines(True), "a/tests/conftest.py", "b/tests/conftest.py"))
+    found = {t["test_id"]: t["source"] for t in analyze_diff(index, diff, {"tests/conftest.py": after},
+                                                              coverage=cmap).tests}
+    assert found == {"tests/test_a.py::test_one": "measured", "tests/test_a.py::test_two": "static"}

@@ -171,8 +171,10 @@ def _covering_tests(before: RepoIndex, after: RepoIndex, changed: list[dict], fi
 
     ``measured``: the map saw the test run the changed function (a modified or removed function or method of a
     measured file; for a class, any of its methods). ``static``: found on the reverse graph, from changed code the
-    map has not seen (new code, changed signatures, module-level lines, files outside its scope); the walk stops at
-    each caller the map has measured and takes that caller's measured tests instead of going further."""
+    map has not seen (new code, changed signatures, module-level lines, files outside its scope) and from changed
+    pytest fixtures (a module- or session-scoped one runs in the set-up of its first test only, yet every test
+    asking for it gets its value); the walk stops at each caller the map has measured and takes that caller's
+    measured tests instead of going further."""
     found: dict[str, str] = {}  # test id -> source; measured wins
 
     def add(ids, source: str) -> None:
@@ -190,7 +192,9 @@ def _covering_tests(before: RepoIndex, after: RepoIndex, changed: list[dict], fi
         name = c["name"]
         if measured(name):
             add(coverage.tests_of(name), "measured")
-            if not c["signature_changed"]:
+            entry = before._defs.get(name)
+            fixture = entry is not None and entry[0].defs[entry[1]].is_fixture
+            if not c["signature_changed"] and not fixture:  # a shared fixture runs in one test's set-up only
                 continue
         elif coverage is not None and c["kind"] == "class" and c["change"] != "added" and coverage.knows(c["file"]):
             prefix = name + "."
