@@ -283,6 +283,17 @@ def test_the_asker_moved_back_is_found_among_many_releases_by_its_floor(tmp_path
     assert sum(url.endswith(".metadata") and "boto3" in url for url in index.requests) <= 20  # not one by one
 
 
+def test_a_release_needing_a_pin_with_no_wheel_is_left_out_rather_than_break_the_build(tmp_path):
+    index = FakeIndex(*TOOLS, release("cf-units", "3.0.1", "2022-01-01", requires=["antlr4-python3-runtime==4.7.2"]),
+                      release("antlr4-python3-runtime", "4.11.0", "2022-09-01"))
+    result = inferred(tmp_path, {"setup.py": "setup(name='x', install_requires=['cf-units', "
+                                             "'antlr4-python3-runtime'])\n"}, index,
+                      date="2023-01-01T00:00:00+00:00")
+    assert "antlr4-python3-runtime==4.11.0" in result.setup["pip"]
+    assert not any(p.startswith("cf-units") for p in result.setup["pip"])
+    assert any(n.startswith("cf-units: needs antlr4-python3-runtime==4.7.2") for n in result.provenance["notes"])
+
+
 def test_extras_an_install_line_names_are_followed_through_the_project_s_own_extras(tmp_path):
     setup_py = ("setup(name='cloudmock', install_requires=['requests'],\n"
                 "      extras_require={'all': ['cloudmock[s3,ec2]'], 's3': ['boto3'], 'ec2': ['sshpubkeys'],\n"

@@ -618,10 +618,12 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
             notes.update(unmet)
             picked = {n: r for n, r in new.items() if n not in unmet}
             continue
-        moved = _settle_conflict(new, wants, asof, python, pypi, held)
-        if moved:
+        moved, gone = _settle_conflict(new, wants, asof, python, pypi, held)
+        if moved or gone:
             held.update(moved)
-            picked = new
+            dropped.update(gone)
+            notes.update(gone)
+            picked = {n: r for n, r in new.items() if n not in gone}
             continue
         if {n: r.version for n, r in new.items()} == {n: r.version for n, r in picked.items()}:
             break
@@ -632,10 +634,11 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
 
 
 def _settle_conflict(picked: dict[str, Release], wants: dict[str, _Want], asof: dict[str, datetime.datetime | None],
-                     python: str, pypi: PyPI, held: dict[str, tuple[str, str]]) -> dict[str, tuple[str, str]]:
+                     python: str, pypi: PyPI,
+                     held: dict[str, tuple[str, str]]) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
     """For the first pin that a picked release's requirement excludes (``aiobotocore`` wants ``botocore`` 1.24,
     ``boto3`` wants 1.27): that asker held at its newest release (as of its date, within what else asks of it)
-    whose requirement admits the pin; {} when there is no conflict or no such release."""
+    whose requirement admits the pin, else left out (pip would refuse the set); ``({}, {})`` when no conflict."""
     for name, release in sorted(picked.items()):
         for spec, who in wants[name].specs if name in wants else []:
             asker, _, version = who.partition("==")
@@ -644,16 +647,16 @@ def _settle_conflict(picked: dict[str, Release], wants: dict[str, _Want], asof: 
                 continue
             others = ",".join(s for s, w in wants[asker].specs if s and not w.startswith("the resolver"))
             project = pypi.project(asker, newer_than=asof.get(asker))
-            if project is None:
-                continue
             candidates = [Release(asker, str(v), up, url, size, after_date=False)
-                          for v, up, url, size in fitting_releases(project, SpecifierSet(others), python)
+                          for v, up, url, size in fitting_releases(project or {}, SpecifierSet(others), python)
                           if asof.get(asker) is None or up < asof[asker]][::-1]
             found = _newest_admitting(candidates, name, release.version, python, pypi)
             if found is not None:
                 return {asker: (f"{asker}=={found.version}", f"the resolver ({name}=={release.version}, "
-                                                             f"which {asker}=={version} excludes)")}
-    return {}
+                                                             f"which {asker}=={version} excludes)")}, {}
+            return {}, {asker: f"needs {name}{spec}, which no release with a wheel here meets beside the others' "
+                               f"{name}=={release.version}: left out"}
+    return {}, {}
 
 
 def _newest_admitting(candidates: list[Release], name: str, version: str, python: str,
