@@ -286,11 +286,14 @@ def test_the_asker_moved_back_is_found_among_many_releases_by_its_floor(tmp_path
 def test_a_release_needing_a_pin_with_no_wheel_is_left_out_rather_than_break_the_build(tmp_path):
     index = FakeIndex(*TOOLS, release("cf-units", "3.0.1", "2022-01-01", requires=["antlr4-python3-runtime==4.7.2"]),
                       release("antlr4-python3-runtime", "4.11.0", "2022-09-01"))
-    result = inferred(tmp_path, {"setup.py": "setup(name='x', install_requires=['cf-units', "
+    index.projects["iris"] = FakeIndex(release("iris", "3.2", "2022-02-01", requires=["cf-units"])).projects["iris"]
+    index.metadata[f"{FILES}/iris-3.2-py3-none-any.whl.metadata"] = b"Name: iris\nRequires-Dist: cf-units\n"
+    result = inferred(tmp_path, {"setup.py": "setup(name='x', install_requires=['cf-units', 'iris', "
                                              "'antlr4-python3-runtime'])\n"}, index,
                       date="2023-01-01T00:00:00+00:00")
     assert "antlr4-python3-runtime==4.11.0" in result.setup["pip"]
-    assert not any(p.startswith("cf-units") for p in result.setup["pip"])
+    # iris needs what was left out, so it goes too: the wheelhouse would otherwise fetch cf-units by itself.
+    assert not any(p.startswith(("cf-units", "iris")) for p in result.setup["pip"])
     assert any(n.startswith("cf-units: needs antlr4-python3-runtime==4.7.2") for n in result.provenance["notes"])
 
 

@@ -612,7 +612,7 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
                 continue
             new[name] = release
             why[name] = reason
-        unmet = _unmet(new, wants, set(wants) - set(new), python, pypi)
+        unmet = _unmet(new, wants, (set(wants) - set(new)) | set(dropped), python, pypi)
         if unmet:
             dropped.update(unmet)
             notes.update(unmet)
