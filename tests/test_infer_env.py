@@ -109,7 +109,7 @@ def test_pyproject_project_pinned_as_of_its_commit(tmp_path):
     assert result.setup["python"] == "3.11"
     assert result.setup["pip"] == ["click==8.1.7", "flit-core==3.8.0", "freezegun==1.2.2", "pytest==8.2.0",
                                    "python-dateutil==2.8.2", "setuptools==67.6.0", "wheel==0.43.0"]
-    assert result.setup["install"] == EDITABLE and result.test_command == PYTEST
+    assert result.setup["install"] == EDITABLE and result.test_command == PYTEST and "toolchain" not in result.setup
     why = result.provenance
     assert "pyproject.toml requires-python '>=3.8'" in why["python"] and "classifiers up to 3.12" in why["python"]
     assert "pyproject.toml optional-dependencies.test" in why["requirements"]
@@ -148,7 +148,7 @@ setup(name="oldproj", install_requires=REQUIRES, extras_require=EXTRAS, python_r
     # pytest is held at the harness's floor, and its own requirements would be pinned as of its upload.
     assert "pytest==6.2.5" in pins and "mock==2.0.0" in pins and "pbr==1.0.0" in pins
     assert not any(p.startswith("sphinx") for p in pins)
-    assert "setup.py ext_modules" in result.provenance["extensions"]
+    assert "setup.py ext_modules" in result.provenance["extensions"] and result.setup["toolchain"] == "build"
     assert result.provenance["python"].startswith("3.9: setup.py python_requires '>=2.7'; setup.py classifiers")
 
 

@@ -22,9 +22,11 @@ What is decided (each with the file that decided it, in :attr:`Inference.provena
 - ``install``: ``python -m pip install -e .`` when there is a ``setup.py``, ``setup.cfg`` or ``pyproject.toml``.
 - runner and test command: pytest (:data:`PYTEST`), which also runs unittest- and nose-style tests.
 
+- ``toolchain``: ``build`` (compilers and headers in the image) when the project has extension modules: ``Extension``
+  or ``cythonize`` in ``setup.py``, C/C++/Cython sources outside tests and docs, a meson or scikit-build backend.
+
 Not guaranteed: that the environment builds, or that the tests pass at the base commit (``repogym validate``
-says). Projects with extension modules are detected (``provenance["extensions"]``) but nothing here gives them
-a compiler.
+says).
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ PYTHON_SETTLE_DAYS = 180
 PYTEST_FLOOR = {"3.9": ">=6.2.5", "3.11": ">=7.2", "3.13": ">=8.2"}
 """The oldest pytest that runs on each image Python and under the harness's plugin."""
 PYTEST = "python -m pytest -rA -p no:cacheprovider"
+BUILD_TOOLCHAIN = "build"
+"""``setup.toolchain`` of a project with extension modules: an image with compilers (``envs/sandbox/images.py``)."""
 EDITABLE = "python -m pip install -e ."
 TEST_EXTRAS = ("test", "tests", "testing", "dev", "develop", "development")
 """The project's own extras (and dependency groups) whose requirements its tests need."""
@@ -800,7 +804,8 @@ def infer(project: ProjectFiles, *, pypi: PyPI | None = None) -> Inference:
         "requirements": sorted({who for _, who in found.requirements}),
     }
     if found.extensions:
-        provenance["extensions"] = f"{found.extensions}: the project builds extension modules (needs a compiler)"
+        provenance["extensions"] = (f"{found.extensions}: the project builds extension modules in place, so its image "
+                                    f"carries the {BUILD_TOOLCHAIN!r} toolchain (compilers, headers)")
     notes = list(found.notes)
     try:
         pins, why, left_out = resolve(roots + (build if installs else []), python, project.date, pypi)
@@ -815,6 +820,8 @@ def infer(project: ProjectFiles, *, pypi: PyPI | None = None) -> Inference:
     setup: dict[str, Any] = {"python": python, "pip": pins}
     if installs:
         setup["install"] = EDITABLE
+    if found.extensions and installs:
+        setup["toolchain"] = BUILD_TOOLCHAIN
     return Inference(setup=setup, test_command=PYTEST, provenance=provenance)
 
 
