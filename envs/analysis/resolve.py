@@ -492,13 +492,17 @@ class Resolver:
                 refs.append(Reference(defs[scope].qname, found[1].qname, path, defs[scope].line, "fixture"))
         method_names = self.method_names
         closures = self._closure_fixtures(facts)
+        receivers: dict = {}  # (lookup scope, receiver chain) -> what it resolves to, for implicit refs
         for scope, lookup, line, kind, chain, text, obj_type in facts.refs:
             if closures and (lookup, chain[0]) in closures:  # a nested def using its test's fixture
                 refs.append(Reference(source_of(scope), closures[lookup, chain[0]], path, line, "fixture"))
             if kind == "implicit":  # an operator or builtin running a dunder of an instance of a repository class
                 if text.endswith("()") and self.name(facts, lookup, text[:-2]) is not EXTERNAL:
                     continue  # ``len`` rebound to something of the repository's: not the builtin
-                receiver = self.chain(facts, lookup, chain[:-1])
+                key = (lookup, chain[:-1])
+                receiver = receivers.get(key)
+                if receiver is None:  # one operand often meets many operators: resolve it once
+                    receiver = receivers[key] = self.chain(facts, lookup, chain[:-1])
                 if receiver[0] == "instance":
                     found = self.in_class(receiver[1], chain[-1])
                     if found[0] == "sym":
