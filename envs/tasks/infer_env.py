@@ -14,8 +14,8 @@ What is decided (each with the file that decided it, in :attr:`Inference.provena
   allows 3.9 but not 3.11) and that had been out :data:`PYTHON_SETTLE_DAYS` days at the commit's date, so its
   dependencies had wheels for it; when none is all three, the oldest that ``python_requires`` allows.
 - ``pip``: every requirement, and every requirement of theirs, pinned to the newest release uploaded before the
-  commit with a wheel for that Python (:mod:`repogym.envs.tasks.pins`, :mod:`repogym.envs.tasks.pypi`), pytest held at a floor the harness and
-  the Python need (:data:`PYTEST_FLOOR`); build requirements (``[build-system] requires``) are pinned the same
+  commit with a wheel for that Python (:mod:`repogym.envs.tasks.pins`, :mod:`repogym.envs.tasks.pypi`), pytest
+  held at a floor the harness and the Python need (:data:`PYTEST_FLOOR`); build requirements (``[build-system] requires``) are pinned the same
   way, since the install step runs with build isolation off. A pin from after the commit (the first with a wheel
   for the Python) has its own requirements pinned as of its upload. A requirement PyPI does not know, or with no
   wheel for the Python, is left out with a note, and so is every release that needs it; a release whose metadata
@@ -76,7 +76,8 @@ lowest supported versions) is not about running the tests."""
 LEFT_OUT_PROJECTS = {"pre-commit", "tox", "twine", "nox", "pip-tools", "check-manifest", "bump2version",
                      "bumpversion", "build", "flake8", "black", "mypy", "sphinx", "ruff", "pip", "python"}
 """Tools a requirement file names that running the tests does not use (``pip`` and ``python`` are the image's)."""
-CONDA_NAMES = {"matplotlib-base": "matplotlib", "iris": "scitools-iris", "dask-core": "dask", "pytables": "tables", "pytorch": "torch",
+CONDA_NAMES = {"matplotlib-base": "matplotlib", "iris": "scitools-iris", "dask-core": "dask", "pytables": "tables",
+               "pytorch": "torch",
                "msgpack-python": "msgpack", "python-graphviz": "graphviz", "hdf5": "python", "netcdf-fortran": "python"}
 """conda package names that are not PyPI's (``python``: a library with no Python package, left out)."""
 FILES_READ = ("pyproject.toml", "setup.cfg", "setup.py", "tox.ini", "environment.yml", "environment.yaml",
@@ -552,11 +553,11 @@ def infer(project: ProjectFiles, *, pypi: PyPI | None = None) -> Inference:
     found = read_project(project)
     python, python_why = choose_python(found, project.date)
     own = canonicalize_name(found.name) if found.name else ""
-    # What the harness and the install step need come first: where the project's own ranges disagree with
-    # them, the first asker's range is the one kept (see _pick).
+    # What the harness and the install step ask ("the ..." askers) binds where the project's own ranges disagree
+    # (pins.py). pytest's own repository runs its own pytest.
     roots = [] if own == "pytest" else [(f"pytest{PYTEST_FLOOR[python]}", "the harness (runner pytest)")]
-    roots += [(r, who) for r, who in found.requirements
-              if (req := parse_requirement(r)) is not None and canonicalize_name(req.name) not in LEFT_OUT_PROJECTS | {own}]
+    roots += [(r, who) for r, who in found.requirements if (req := parse_requirement(r)) is not None
+              and canonicalize_name(req.name) not in LEFT_OUT_PROJECTS | {own}]
     # Build requirements the install step needs (build isolation is off), at least what editable installs need.
     build = [("setuptools>=64,<71", "the install step (editable wheels)"), ("wheel>=0.37.1", "the install step")]
     build += [(r, who) for r, who in found.build
