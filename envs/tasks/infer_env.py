@@ -14,14 +14,14 @@ What is decided (each with the file that decided it, in :attr:`Inference.provena
   allows 3.9 but not 3.11) and that had been out :data:`PYTHON_SETTLE_DAYS` days at the commit's date, so its
   dependencies had wheels for it; when none is all three, the oldest that ``python_requires`` allows.
 - ``pip``: every requirement, and every requirement of theirs, pinned to the newest release uploaded before the
-  commit with a wheel for that Python (:mod:`repogym.envs.tasks.pins`, :mod:`repogym.envs.tasks.pypi`), pytest
-  held at a floor the harness and the Python need (:data:`PYTEST_FLOOR`); build requirements (``[build-system]
-  requires``) are pinned the same way, since the install step runs with build isolation off. A pin from after the commit (the first with a wheel
-  for the Python) has its own requirements pinned as of its upload. A requirement PyPI does not know, or with no
-  wheel for the Python, is left out with a note, and so is every release that needs it; a release whose metadata
-  pip refuses gives way to the one before it; where two chosen releases disagree over a third, one is moved back
-  to its newest release that agrees. When PyPI cannot be reached, the requirements stay unpinned and the
-  provenance says so.
+  commit with a wheel for that Python (:mod:`repogym.envs.tasks.pins`, :mod:`repogym.envs.tasks.pypi`), pytest held
+  at a floor the harness and the Python need (:data:`PYTEST_FLOOR`); build requirements (``[build-system]
+  requires``) are pinned the same way, since the install step runs with build isolation off. A pin from after the
+  commit (the first with a wheel for the Python) has its own requirements pinned as of its upload. A requirement
+  PyPI does not know, or with no wheel for the Python, is left out with a note, and so is every release that needs
+  it; a release whose metadata pip refuses gives way to the one before it; where two chosen releases disagree over a
+  third, one is moved back to its newest release that agrees. When PyPI cannot be reached, the requirements stay
+  unpinned and the provenance says so.
 - ``install``: ``python -m pip install -e .`` when there is a ``setup.py``, ``setup.cfg`` or ``pyproject.toml``.
 - runner and test command: pytest (:data:`PYTEST`), which also runs unittest- and nose-style tests.
 
