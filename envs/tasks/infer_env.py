@@ -24,7 +24,6 @@ What is decided (each with the file that decided it, in :attr:`Inference.provena
   unpinned and the provenance says so.
 - ``install``: ``python -m pip install -e .`` when there is a ``setup.py``, ``setup.cfg`` or ``pyproject.toml``.
 - runner and test command: pytest (:data:`PYTEST`), which also runs unittest- and nose-style tests.
-
 - ``toolchain``: ``build`` (compilers and headers in the image) when the project has extension modules: ``Extension``
   or ``cythonize`` in ``setup.py``, C/C++/Cython sources outside tests and docs, a meson or scikit-build backend.
 
