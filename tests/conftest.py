@@ -164,3 +164,10 @@ def _private_cache(tmp_path_factory):
     """Tests build bundled repositories in their own cache, never the user's."""
     os.environ.setdefault("REPOGYM_CACHE", str(tmp_path_factory.mktemp("cache")))
     yield
+
+
+@pytest.fixture(autouse=True)
+def _private_coverage_maps(tmp_path, monkeypatch):
+    """Each test its own folder of measured coverage maps: a map one test's validation made would otherwise change
+    the covering tests (and reward components) another test sees for the same task."""
+    monkeypatch.setenv("REPOGYM_COVERAGE_MAPS", str(tmp_path / "coverage-maps"))

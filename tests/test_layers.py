@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 FOLDERS = {"envs": "repogym.envs", "agents": "repogym.agents", "trainer": "repogym.trainer", "bench": "repogym.bench",
            "integrations": "repogym.integrations", "repogym": "repogym"}
 # Files that run inside sandboxes or as scripts (``python -I``): they import only the standard library and each other.
-STDLIB_ONLY = ("repogym.envs.sandbox.inside", "repogym.envs.sandbox.local_launch")
+STDLIB_ONLY = ("repogym.envs.sandbox.inside", "repogym.envs.sandbox.local_launch",
+               "repogym.envs.analysis.coverage_probe")  # the probe runs in the sandbox too
 # Of those, the only ones the host may import (each stdlib only, so importing it runs nothing of a sandbox's):
 # local_launch's HOST_UID, the uid the launcher drops to, which the local backend also needs.
 SHARED_WITH_HOST = ("repogym.envs.sandbox.local_launch",)

@@ -68,7 +68,12 @@ def test_infra_errors_are_retried_once_then_reported_not_zeroed(tiny_task, backe
 
 @pytest.mark.slow
 def test_validate_task_accepts_a_good_task_and_flags_a_wrong_one(factory, tiny_task):
-    assert validate_task(tiny_task, factory).ok
+    verdict = validate_task(tiny_task, factory)
+    assert verdict.ok
+    # A valid task gets its measured coverage map, with the run's cost beside the plain suite's; the env reads it.
+    from repogym.envs.rewards.coverage_run import cached_map
+    assert verdict.coverage.startswith("coverage map:") and "not measured" not in verdict.coverage, verdict.coverage
+    assert cached_map(tiny_task) is not None and cached_map(tiny_task).functions
     from dataclasses import replace
     wrong = replace(tiny_task, FAIL_TO_PASS=["tests/test_ops.py::test_add_zero"],
                     PASS_TO_PASS=["tests/test_hidden.py::test_clamp_above"])

@@ -20,6 +20,7 @@ Saved as compact JSON (``tests`` once, functions as indexes into it), keyed by t
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from dataclasses import dataclass, field
@@ -211,8 +212,10 @@ def read_map(path, index: RepoIndex, root) -> CoverageMap:
 
 
 def cache_folder() -> Path:
-    """Where measured maps are kept: ``<repogym cache>/coverage`` (harness data; no sandbox sees it)."""
-    return cache_dir() / "coverage"
+    """Where measured maps are kept: ``REPOGYM_COVERAGE_MAPS``, default ``<repogym cache>/coverage`` (harness data;
+    no sandbox sees it)."""
+    override = os.environ.get("REPOGYM_COVERAGE_MAPS")
+    return Path(override) if override else cache_dir() / "coverage"
 
 
 _LOADED: dict[str, tuple[float, CoverageMap | None]] = {}  # key -> (file mtime, map), for cached()

@@ -49,6 +49,7 @@ def base_index(task: Task) -> RepoIndex:
 def analyze_sandbox(sandbox: Sandbox, task: Task, diff: str | None = None) -> DiffAnalysis:
     """The analysis of ``diff`` (default: the sandbox's current diff), reading changed files from ``sandbox``."""
     from repogym.envs.analysis import analyze_diff
+    from repogym.envs.analysis.coverage import cached
     from repogym.envs.analysis.diffs import parse_diff
     diff = sandbox.diff() if diff is None else diff
     after: dict[str, bytes | None] = {}
@@ -58,7 +59,8 @@ def analyze_sandbox(sandbox: Sandbox, task: Task, diff: str | None = None) -> Di
                 after[path] = sandbox.read_file(path, limit=8 << 20)
             except (FileNotFoundError, IsADirectoryError):
                 after[path] = None
-    return analyze_diff(base_index(task), diff, after)
+    # The covering tests of code the task's measured map saw are the measured ones (none before validation made it).
+    return analyze_diff(base_index(task), diff, after, coverage=cached(snapshot(task).key))
 
 
 def runs_since_last_edit(state: EpisodeState) -> list[TestRunRecord]:

@@ -26,10 +26,13 @@ from typing import Callable
 
 from repogym.envs.core.errors import ConfigError, InfraError, LocatedError
 from repogym.envs.rewards.causes import CAUSES, diagnose
-from repogym.envs.rewards.evaluate import grade
+from repogym.envs.rewards.coverage_run import describe, measure_coverage
+from repogym.envs.rewards.evaluate import grade, prepared
 from repogym.envs.rewards.leaks import find_leaks, vendored_copies
 from repogym.envs.rewards.tamper import is_shadow_path
 from repogym.envs.sandbox.base import Sandbox
+from repogym.envs.sandbox.cleanup import close_later
+from repogym.envs.sandbox.pool import SandboxPool
 from repogym.envs.core.status import Status
 from repogym.envs.tasks.patches import touched_paths
 from repogym.envs.tasks.repos import snapshot
@@ -76,6 +79,9 @@ class Validation:
     :data:`repogym.envs.rewards.causes.CAUSES`): PASS_TO_PASS at base, FAIL_TO_PASS under the gold patch."""
     remedies: dict[str, list[str]] = field(default_factory=dict)
     """``setup`` keys that would remove a leak found, e.g. ``{"hide_vendored": ["requests"]}``."""
+    coverage: str = ""
+    """The task's measured coverage map (``envs/rewards/coverage_run.py``), made for a valid task: its size and the
+    coverage run's time beside the plain suite's; empty when not asked for."""
 
     def fail(self, reason: str, problem: str) -> None:
         """Record ``problem`` under the check ``reason`` (a key of :data:`REASONS`)."""
@@ -91,9 +97,11 @@ class Validation:
 
 
 def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = BASELINE_RUNS, *,
-                  make_agent_sandbox: Callable[[], Sandbox] | None = None, leaks: bool = True) -> Validation:
+                  make_agent_sandbox: Callable[[], Sandbox] | None = None, leaks: bool = True,
+                  coverage: bool = True) -> Validation:
     """Validate one task with sandboxes from ``make_sandbox``; the no-leak check (``leaks``) uses
-    ``make_agent_sandbox`` (default: ``make_sandbox``), which should make sandboxes as episodes get them."""
+    ``make_agent_sandbox`` (default: ``make_sandbox``), which should make sandboxes as episodes get them.
+    ``coverage``: a valid task's suite is run once more under the coverage probe, and its map kept (cached by base)."""
     start = time.monotonic()
     result = Validation(task.instance_id)
     harness = sorted(p for p in touched_paths(task.patch) if is_shadow_path(p))
@@ -101,13 +109,18 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
         result.fail("harness_code", f"gold patch changes what the harness imports: {harness[:5]}")
         result.duration_s = time.monotonic() - start
         return result
-    gold = grade(task, task.patch, make_sandbox)
-    result.fail_to_pass, result.unprotected = len(task.FAIL_TO_PASS), list(gold.unprotected)
-    if gold.status == Status.INFRA_ERROR and gold.error["where"] == "sandbox.install":
-        result.fail("env_build", f"the install steps failed: {gold.error['message'][-1000:]}")
-        result.duration_s = time.monotonic() - start
-        return result
-    baselines = [grade(task, "", make_sandbox) for _ in range(runs)]
+    # The baselines' sandboxes are made ready (health-checked, the base loaded) while the one before is graded.
+    pool = SandboxPool(prepared(make_sandbox, task), size=1)
+    try:
+        gold = grade(task, task.patch, make_sandbox)
+        result.fail_to_pass, result.unprotected = len(task.FAIL_TO_PASS), list(gold.unprotected)
+        if gold.status == Status.INFRA_ERROR and gold.error["where"] == "sandbox.install":
+            result.fail("env_build", f"the install steps failed: {gold.error['message'][-1000:]}")
+            result.duration_s = time.monotonic() - start
+            return result
+        baselines = [grade(task, "", pool.acquire, checked=True) for _ in range(runs)]
+    finally:
+        close_later(pool)  # a start it has in progress is not waited for
     for label, record in [("gold", gold)] + [(f"baseline {i + 1}", r) for i, r in enumerate(baselines)]:
         if record.status in (Status.INFRA_ERROR, Status.INTERNAL_ERROR):  # nothing judged: the task is not at fault
             result.infra_errors.append(f"{label}: {record.error['where']}: {record.error['message']}")
@@ -155,6 +168,11 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
     result.flaky = sorted(t for t in base.tests if len({r.tests.get(t) for r in baselines}) > 1)
     if result.flaky:
         result.reasons.append("flaky")
+    if coverage and result.ok:  # harness data, made before any agent: the tests that really run each function
+        try:
+            result.coverage = describe(measure_coverage(task, make_sandbox))
+        except (InfraError, LocatedError) as exc:  # the sandbox or its staging failed: no map, the task is still valid
+            result.coverage = f"coverage map: not measured ({exc.where}: {exc.message[:300]})"
     result.duration_s = time.monotonic() - start
     return result
 
@@ -171,8 +189,10 @@ def _causes_note(tests: list[str], result: Validation) -> str:
 
 def validate_tasks(tasks: list[Task], factory_for: Callable[[Task], Callable[[], Sandbox]], workers: int = 2,
                    on_result: Callable[[Validation], None] | None = None,
-                   agent_factory_for: Callable[[Task], Callable[[], Sandbox]] | None = None) -> list[Validation]:
-    """Validate many tasks, ``workers`` at a time; ``on_result`` sees each verdict as it lands.
+                   agent_factory_for: Callable[[Task], Callable[[], Sandbox]] | None = None,
+                   coverage: bool = True) -> list[Validation]:
+    """Validate many tasks, ``workers`` at a time; ``on_result`` sees each verdict as it lands; ``coverage``: as
+    :func:`validate_task` (a map per valid task).
 
     ``agent_factory_for``: sandboxes for the no-leak check, made as episodes get them (default: ``factory_for``).
     A task whose repository or base commit cannot be had gets a ``no_source`` verdict, and one whose factory cannot
@@ -193,7 +213,7 @@ def validate_tasks(tasks: list[Task], factory_for: Callable[[Task], Callable[[],
             verdict = Validation(task.instance_id)
             verdict.fail("env_build", f"environment not built: {type(exc).__name__}: {exc}"[:1200])
             return verdict
-        return validate_task(task, make, make_agent_sandbox=make_agent)
+        return validate_task(task, make, make_agent_sandbox=make_agent, coverage=coverage)
 
     def one(task: Task) -> Validation:
         verdict = verdict_of(task)

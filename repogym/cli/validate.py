@@ -29,6 +29,10 @@ def add_parser(sub) -> None:
                              "holds (resume a long run; the summary counts them); the tests failing for a cause "
                              "outside the patch and the leaks' remedies are in it, for `repogym tasks import "
                              "--drop-broken-tests FILE`")
+    parser.add_argument("--no-coverage", dest="coverage", action="store_false",
+                        help="skip the coverage run: by default each valid task's suite runs once more under the "
+                             "coverage probe, and the map of which tests run which functions is kept for "
+                             "inspect_diff and the reward (its cost is printed beside the plain run's)")
     parser.set_defaults(func=run)
 
 
@@ -79,7 +83,7 @@ def run(args) -> int:
             done[v.instance_id] = {"instance_id": v.instance_id, "ok": v.ok, "reasons": v.reasons,
                                    "problems": v.problems, "infra_errors": v.infra_errors,
                                    "fail_to_pass": v.fail_to_pass, "unprotected": v.unprotected,
-                                   "causes": v.causes, "remedies": v.remedies}
+                                   "causes": v.causes, "remedies": v.remedies, "coverage": v.coverage}
             if args.results:
                 with open(args.results, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(done[v.instance_id]) + "\n")
@@ -88,13 +92,14 @@ def run(args) -> int:
             print(f"[{len(done)}/{total}] {mark} {v.instance_id} ({twinned}{v.duration_s:.1f}s)", flush=True)
             for line in v.problems + [f"flaky: {t}" for t in v.flaky] + v.infra_errors + [
                     f"no twin (unprotected): {t}" for t in v.unprotected] + [
-                    f"remedy: setup.{k} = {json.dumps(x)}" for k, x in v.remedies.items()]:
+                    f"remedy: setup.{k} = {json.dumps(x)}" for k, x in v.remedies.items()] + (
+                    [v.coverage] if v.coverage else []):
                 print(f"     {line}", flush=True)
 
     skipped = f" ({total - len(tasks)} already in {args.results})" if total > len(tasks) else ""
     print(f"validating {len(tasks)} task(s) on the {backend} sandbox{skipped}")
     verdicts = validate_tasks(tasks, factory_for, workers=args.workers, on_result=show,
-                              agent_factory_for=lambda task: factory_for(task, agent=True))
+                              agent_factory_for=lambda task: factory_for(task, agent=True), coverage=args.coverage)
     flaky = sum(len(v.flaky) for v in verdicts)
     print(f"{sum(r['ok'] for r in done.values())}/{len(done)} tasks valid; {flaky} flaky test(s) this run")
     print(twin_share(done.values()))
