@@ -43,11 +43,36 @@ def phase_of(method: str, what: str) -> str:
     return "other: " + what[:40]
 
 
-class Recording:
-    """A sandbox whose calls are timed into ``phases`` (seconds per phase)."""
+def cpu_seconds(sandbox: Any) -> float | None:
+    """CPU seconds every process of a docker sandbox used so far (its container's cgroup, v1 or v2); None elsewhere."""
+    container = getattr(getattr(sandbox, "container", None), "id", None)
+    if container is None:
+        return None
+    for path, scale in ((f"/sys/fs/cgroup/cpuacct/docker/{container}/cpuacct.usage", 1e-9),
+                        (f"/sys/fs/cgroup/system.slice/docker-{container}.scope/cpu.stat", 1e-6)):
+        try:
+            text = open(path).read()
+        except OSError:
+            continue
+        if path.endswith("cpu.stat"):
+            text = next(line.split()[1] for line in text.splitlines() if line.startswith("usage_usec"))
+        return int(text) * scale
+    return None
 
-    def __init__(self, inner: Any, phases: dict[str, float]):
-        self._inner, self._phases = inner, phases
+
+class Recording:
+    """A sandbox whose calls are timed into ``phases`` (seconds per phase), and whose CPU use from the moment it was
+    handed out to its close is added to ``cpu`` (docker): a measure the machine's load does not move."""
+
+    def __init__(self, inner: Any, phases: dict[str, float], cpu: list[float]):
+        self._inner, self._phases, self._cpu = inner, phases, cpu
+        self._cpu_start = cpu_seconds(inner)
+
+    def close(self) -> None:
+        end = cpu_seconds(self._inner)
+        if end is not None and self._cpu_start is not None:
+            self._cpu.append(end - self._cpu_start)
+        self._inner.close()
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
@@ -90,12 +115,17 @@ def bare_run(sandbox, task) -> float:
     """Seconds for a bare pytest of what grading runs (the files of the graded ids), in a sandbox holding the gold
     tree and the hidden tests."""
     targets = " ".join(shlex.quote(t) for t in run_targets(task))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds(sandbox)
     result = sandbox.run(f"python -m pytest -q -p no:cacheprovider {targets}", timeout=600)
     seconds = time.perf_counter() - start
     if not result.ok:
         raise SystemExit(f"{task.instance_id}: the bare run failed:\n{result.stdout[-2000:]}{result.stderr[-1000:]}")
+    if cpu is not None:
+        BARE_CPU.append(cpu_seconds(sandbox) - cpu)
     return seconds
+
+
+BARE_CPU: list[float] = []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default="", help="comma-separated task ids (default: two per bundled repository)")
     args = parser.parse_args(argv)
     tasks = pick_tasks([t for t in args.tasks.split(",") if t] or None)
-    grades, floors = [], []
+    grades, floors, grade_cpu = [], [], []
     phases_all: dict[str, list[float]] = defaultdict(list)
     for task in tasks:
         hidden = (str(repo_path(task)),) if args.backend == "local" else ()
@@ -119,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
                 floor_box.write_file(".p", patch.encode())
                 assert floor_box.run("git apply .p && rm .p").ok
             bare_run(floor_box, task)  # warm the page cache and bytecode alike for both sides
+            if BARE_CPU:
+                BARE_CPU.pop()
             for _ in range(args.rounds):
                 time.sleep(0.5)  # the pool refills, as it does while an agent works
                 phases: dict[str, float] = defaultdict(float)
@@ -128,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                     start = time.perf_counter()
                     box = pool.acquire()
                     acquire_s.append(time.perf_counter() - start)
-                    return Recording(box, phases)
+                    return Recording(box, phases, grade_cpu)
                 start = time.perf_counter()
                 record = grade(task, task.patch, acquire, checked=True)
                 total = time.perf_counter() - start
@@ -146,11 +178,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {task.instance_id}: grade {grades[-1] * 1000:.0f} ms, bare {floors[-1] * 1000:.0f} ms, "
               f"targets {run_targets(task)}", file=sys.stderr)
     n = len(grades)
+    time.sleep(2)  # the last sandboxes close in the background (their CPU is read at close)
     print(f"grading on {args.backend}: {len(tasks)} tasks x {args.rounds} rounds")
     print(f"  grade p50 {pct(grades, .5) * 1000:7.0f} ms   p90 {pct(grades, .9) * 1000:7.0f} ms")
     print(f"  bare  p50 {pct(floors, .5) * 1000:7.0f} ms   p90 {pct(floors, .9) * 1000:7.0f} ms")
     ratios = [g / f for g, f in zip(grades, floors)]
     print(f"  ratio p50 {statistics.median(ratios):.2f}x (goal <= 1.3x)")
+    if grade_cpu and BARE_CPU:
+        print(f"  CPU   grade p50 {pct(grade_cpu, .5) * 1000:5.0f} ms, bare p50 {pct(BARE_CPU, .5) * 1000:5.0f} ms: "
+              f"{pct(grade_cpu, .5) / pct(BARE_CPU, .5):.2f}x (every process in the sandbox; the machine's load "
+              "does not move it)")
     print("  phases (mean ms per grading):")
     for name, values in sorted(phases_all.items(), key=lambda kv: -sum(kv[1])):
         print(f"    {name:<30} {sum(values) / n * 1000:7.1f}")

@@ -275,7 +275,7 @@ def no_guards(monkeypatch):
 
 def no_tamper_filter(monkeypatch):
     monkeypatch.setattr(evaluate, "filter_patch", lambda patch, protected=(): (patch, []))
-    monkeypatch.setattr(evaluate, "_revert_tampering", lambda task, sandbox, dropped: None)
+    monkeypatch.setattr(evaluate, "_revert_tampering", lambda protected, sandbox, dropped, listed: None)
 
 
 def assert_forgery_stopped(record, guard: str | None = None):

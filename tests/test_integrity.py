@@ -261,7 +261,7 @@ def test_each_kind_of_tampering_earns_nothing_and_is_listed(factory, task, tmp_p
 @pytest.mark.parametrize("kind", EFFECTIVE)
 def test_control_the_tampering_would_earn_a_pass_if_nothing_dropped_it(factory, task, tmp_path, kind, monkeypatch):
     monkeypatch.setattr(evaluate, "filter_patch", lambda patch, protected=(): (patch, []))
-    monkeypatch.setattr(evaluate, "_revert_tampering", lambda task, sandbox, dropped: None)
+    monkeypatch.setattr(evaluate, "_revert_tampering", lambda protected, sandbox, dropped, listed: None)
     # The test-process guards are a second line behind the filter (they catch this cheat too): off here.
     monkeypatch.setattr(evaluate, "check_run", lambda run, plan: {})
     record = grade(task, patch_of(task, {"calc/cheat.py": CHEAT, **TAMPERING[kind]}, tmp_path), factory)

@@ -53,7 +53,7 @@ from repogym.envs.rewards.ids import MISSING, PASSED, django_id, outcomes_of
 from repogym.envs.rewards.tamper import (
     CONFIG_WITH_PYTEST_SECTION, RUNNER_FILES, filter_patch, is_tamper_path, pytest_section)
 from repogym.envs.sandbox.cleanup import close_later
-from repogym.envs.sandbox.base import Sandbox
+from repogym.envs.sandbox.base import CommandResult, Sandbox
 from repogym.envs.sandbox.testrun import django_label, run_test_command, runner_name
 from repogym.envs.core.status import Status
 from repogym.envs.tasks.patches import touched_paths
@@ -287,12 +287,14 @@ def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, tim
                 protected: list[str]) -> EvalRecord:
     if kept.strip():
         sandbox.write_file(".repogym-agent.patch", kept.encode())
-        applied = sandbox.run("git apply --whitespace=nowarn .repogym-agent.patch && rm .repogym-agent.patch",
-                              timeout=120)
-        if not applied.ok:
+        # One command: the patch applied (exit 97 if it does not), then what it really changed listed.
+        applied = sandbox.run("{ git apply --whitespace=nowarn .repogym-agent.patch && rm .repogym-agent.patch; } "
+                              f"|| exit {APPLY_FAILED}; {LIST_CHANGED}", timeout=120, output_limit=16 << 20)
+        if applied.exit_code == APPLY_FAILED or applied.timed_out:
+            why = "applying and listing the patch timed out" if applied.timed_out else applied.stderr.strip()[-2000:]
             return EvalRecord(task.instance_id, Status.PATCH_FAILED, dropped=dropped,
-                              error={"where": "rewards.apply_patch", "message": applied.stderr.strip()[-2000:]})
-        _revert_tampering(protected, sandbox, dropped)
+                              error={"where": "rewards.apply_patch", "message": why})
+        _revert_tampering(protected, sandbox, dropped, applied)
     if task.test_patch.strip():
         sandbox.write_file(".repogym-test.patch", task.test_patch.encode())
         added = sandbox.run("git apply --whitespace=nowarn .repogym-test.patch && rm .repogym-test.patch", timeout=120)
@@ -326,13 +328,17 @@ def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, tim
                    runner=runner)
 
 
-def _revert_tampering(protected: list[str], sandbox: Sandbox, dropped: list[str]) -> None:
+APPLY_FAILED = 97
+"""The exit status of the apply-and-list command when the patch did not apply."""
+# One name a line (NUL-separated output would read as binary); git C-quotes names with odd characters.
+# -f: a file .gitignore hides (``__pycache__/``, ``*.egg-info``) is still something the patch changed.
+LIST_CHANGED = ("git add -A -f && git -c core.quotePath=false diff --cached --no-renames --name-only repogym-base"
+                " && git reset -q")
+
+
+def _revert_tampering(protected: list[str], sandbox: Sandbox, dropped: list[str], listed: CommandResult) -> None:
     """Put back, from the base, every tamper path the applied patch changed (whatever the patch text looked like);
-    ``protected``: the task's :func:`protected_paths`."""
-    # One name a line (NUL-separated output would read as binary); git C-quotes names with odd characters.
-    # -f: a file .gitignore hides (``__pycache__/``, ``*.egg-info``) is still something the patch changed.
-    listed = sandbox.run("git add -A -f && git -c core.quotePath=false diff --cached --no-renames --name-only repogym-base"
-                         " && git reset -q", timeout=120, output_limit=16 << 20)
+    ``protected``: the task's :func:`protected_paths`; ``listed``: :data:`LIST_CHANGED`'s result."""
     # After the patch applied, what fails here is the patch's doing (unresolved, never infra_error), and a list
     # cut at the output limit would leave the files past the cut unchecked: both fail closed.
     if not listed.ok or listed.truncated:
