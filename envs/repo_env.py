@@ -217,7 +217,7 @@ class RepoTaskEnv(gym.Env):
         if key not in self._pools:
             if self._owns_pools:
                 for old in [k for k in self._pools if k != key]:
-                    close_later(self._pools.pop(old))  # a reset does not wait for containers' removal
+                    close_later(self._pools.pop(old), timeout=0)  # a reset does not wait for containers' removal
             self._pools[key] = SandboxPool(prepared(self._factory(task), task), self.config.eval_pool_size)
         return self._pools[key]
 

@@ -120,7 +120,7 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
             return result
         baselines = [grade(task, "", pool.acquire, checked=True) for _ in range(runs)]
     finally:
-        close_later(pool)  # a start it has in progress is not waited for
+        close_later(pool, timeout=0)  # a start it has in progress is not waited for
     for label, record in [("gold", gold)] + [(f"baseline {i + 1}", r) for i, r in enumerate(baselines)]:
         if record.status in (Status.INFRA_ERROR, Status.INTERNAL_ERROR):  # nothing judged: the task is not at fault
             result.infra_errors.append(f"{label}: {record.error['where']}: {record.error['message']}")

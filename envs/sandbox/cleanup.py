@@ -81,22 +81,22 @@ def unregister_pool(pool: Any) -> None:
         _pools.pop(id(pool), None)
 
 
-def close_later(sandbox: Any) -> None:
-    """Close ``sandbox`` (or a warm pool) on a background thread, so its caller does not wait for a container's
-    removal. It stays registered until closed: an exit in between closes it with the rest. Once the process is
-    exiting, closes now."""
+def close_later(sandbox: Any, **close_args: Any) -> None:
+    """Close ``sandbox`` (or a warm pool: ``timeout=0`` so a start in progress is not waited for) on the process's
+    one closing thread, so its caller does not wait for a container's removal. It stays registered until closed: an
+    exit in between closes it with the rest. Once the process is exiting, closes now."""
     with _lock:
         if not _exiting.is_set():
-            if "closer" not in _state:
-                _state["closer"] = ThreadPoolExecutor(max_workers=2, thread_name_prefix="repogym-close")
-            _state["closer"].submit(_close_logged, sandbox)
+            if "closer" not in _state:  # one thread for the process's life, started on first use
+                _state["closer"] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="repogym-close")
+            _state["closer"].submit(_close_logged, sandbox, close_args)
             return
-    sandbox.close()
+    sandbox.close(**close_args)
 
 
-def _close_logged(sandbox: Any) -> None:
+def _close_logged(sandbox: Any, close_args: dict[str, Any]) -> None:
     try:
-        sandbox.close()
+        sandbox.close(**close_args)
     except (SandboxError, OSError) as exc:  # the backend: its daemon, a dead sandbox's processes or files
         log.warning("closing %r failed: %s", sandbox, exc)
     except Exception as exc:  # a bug of ours: reported (logged with its traceback, counted)
