@@ -404,7 +404,7 @@ def test_import_command_skips_invalid_rows_and_checks_mirrors(tmp_path, capsys):
     out = tmp_path / "suite.jsonl"
     assert main(["tasks", "import", str(bad), "--out", str(out), "--skip-invalid", "--mirrors", str(mirrors)]) == 0
     printed = capsys.readouterr().out
-    assert "imported 2 tasks" in printed and "environments: 1 built-in, 1 from the dataset's images" in printed
+    assert "imported 2 tasks" in printed and "environments: 1 built-in, 0 inferred, 1 from the dataset's images" in printed
     assert "skipped 2 invalid rows, by field: difficulty 1, instance_id 1" in printed
     assert "mirrors: 0 of 2 tasks" in printed and "no mirror: astropy/astropy 1, django/django 1" in printed
     assert [t.instance_id for t in load_tasks(out)] == ["astropy__astropy-12907", "django__django-2"]

@@ -14,6 +14,10 @@ key             meaning
 ``cpus``        CPUs the sandbox gets at least (tests of parallel workers skip on one)
 ``image``       a prebuilt image to run instead of repogym's own (docker backend only)
 ``workdir``     where that image keeps the repository (``/testbed`` in the datasets' images)
+``toolchain``   ``build``: the base image with compilers and headers (gcc, g++, gfortran, make, python3-dev,
+                freetype, libpng, OpenBLAS, LAPACK, zlib), for projects that build extensions in place (docker only)
+``hide_vendored`` package names whose copies in pip's ``_vendor`` the image keeps as bytecode only (the remedy for
+                a leak validate finds there; docker only)
 ``source``      where the repository comes from (see :mod:`repogym.envs.tasks.repos`)
 =============== =========================================================================================
 

@@ -9,7 +9,8 @@ repogym has no image for, the nearest newer one stands in (3.5..3.8 -> 3.9, 3.10
 through tox (sphinx), pytest runs them directly; locale set-up (Django) becomes environment variables.
 
 Not here (:data:`UNSUPPORTED` says why): repositories that build C extensions in place (astropy, matplotlib,
-scikit-learn): repogym's images carry no compiler. Their rows keep the dataset's own image (``setup.image``).
+scikit-learn): they need the compiler image (``setup.toolchain: build``) and a per-load build of the tree, which no
+entry here is tuned for yet. Their rows keep the dataset's own image (``setup.image``).
 A missing entry is not an error: :func:`swebench_setup` returns None, and the row's environment is inferred from
 its repository at its base commit where a mirror holds it (:mod:`repogym.envs.tasks.infer_env`), else it keeps
 its image. An entry here overrides inference: keep one only where inference is known to be wrong.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from repogym.envs.sandbox import BACKENDS
 from repogym.envs.tasks.datasets import DATASET_KINDS, ENVIRONMENT_CHOICES
@@ -71,7 +72,10 @@ def add_parser(sub) -> None:
     imp.add_argument("--limit", type=int, default=None, help="import the first N rows only")
     imp.add_argument("--environments", choices=ENVIRONMENT_CHOICES, default="builtin",
                      help="builtin (default): SWE-bench rows whose repo and version the built-in table knows get that "
-                          "environment, others their dataset's image; images: every row its dataset's image")
+                          "environment, others one inferred from their repository at the base commit when a mirror "
+                          "(--mirrors, REPOGYM_MIRRORS) holds it, else their dataset's image; infer: every row "
+                          "inferred, the table off (cloning where no mirror has it); images: every row its dataset's "
+                          "image (docs/environments.md)")
     imp.add_argument("--mirrors", default=None, metavar="DIR",
                      help="a folder of git repositories named OWNER__NAME: check that each task's repo and base "
                           "commit are there (REPOGYM_MIRRORS for later commands)")
@@ -220,6 +224,8 @@ def run_import(args) -> int:
     if args.mirrors and not Path(args.mirrors).is_dir():  # checked before the dataset is read, not after
         raise ConfigError(f"expected --mirrors to be a folder of git repositories, got {args.mirrors!r}: no such "
                           f"folder")
+    if args.mirrors:  # before the rows are read: inference reads each repository through its mirror
+        os.environ["REPOGYM_MIRRORS"] = args.mirrors
     verdicts = _read_verdicts(args.drop_broken_tests) if args.drop_broken_tests else None
     shown = []  # the bar is drawn only for files long enough to wait on
 
@@ -241,8 +247,10 @@ def run_import(args) -> int:
     counts = Counter(t.extra.get("dataset", "repogym") for t in tasks)
     print(f"imported {len(tasks)} tasks from {args.file}: "
           + (", ".join(f"{kind} {n}" for kind, n in sorted(counts.items())) or "the file has no rows"))
-    builtin = sum(1 for t in tasks if "image" not in t.setup)
-    print(f"environments: {builtin} built-in, {len(tasks) - builtin} from the dataset's images")
+    inferred = sum(1 for t in tasks if "image" not in t.setup and "setup_inferred" in t.extra)
+    builtin = sum(1 for t in tasks if "image" not in t.setup) - inferred
+    print(f"environments: {builtin} built-in, {inferred} inferred, {len(tasks) - builtin - inferred} from the "
+          f"dataset's images")
     if skipped:
         by_field = Counter(e.field or "row" for e in skipped)
         print(f"skipped {len(skipped)} invalid rows, by field: "
@@ -301,7 +309,6 @@ def _drop_broken_tests(tasks, verdicts: dict[str, dict], path: str) -> list:
 
 def _check_mirrors(tasks, mirrors: str) -> None:
     """Say which tasks' repository or base commit the mirror folder lacks (by repo)."""
-    import os
     from collections import Counter
 
     from repogym.envs.tasks.repos import find_mirror, has_commit
