@@ -5,6 +5,10 @@
 2. Tool-step overhead: ``env.step`` of a ``bash`` call versus a raw ``docker exec`` of the same command
    in the same container.
 
+Where the time goes: each reset phase as the runner times it (process sweep, scratch folders, ``.git`` synced
+back, git's reset and clean, metadata), and a step's parts (the channel's round trip, the command as the runner
+runs it, the tree id an env step asks for).
+
 3. Fork latency (issue 24): ``env.fork(n)`` for n = 1, 8, 32 mid-episode, the forks taken from a warm pool, beside
    the warm reset and the fresh container of (1).
 
@@ -75,6 +79,8 @@ def main() -> int:
         ours.append(time.perf_counter() - start)
         fresh.append(fresh_container_episode(client, image, snap))
 
+    breakdown = reset_and_step_breakdown(env.unwrapped._sandbox, rounds=args.episodes)
+
     command = "cat README.md > /dev/null"
     step = json.dumps({"name": "bash", "arguments": {"command": command}})
     container = env.unwrapped._sandbox.container
@@ -100,6 +106,8 @@ def main() -> int:
     print(f"{'raw docker exec':28}{x50 * 1e3:>10.1f}{pct(raw, .95) * 1e3:>10.1f}")
     for n, times in fork_times.items():
         print(f"{f'env.fork({n}), warm pool':28}{statistics.median(times) * 1e3:>10.1f}{pct(times, .95) * 1e3:>10.1f}")
+    print("reset phases in the runner (p50 ms): " + ", ".join(f"{k} {v:.1f}" for k, v in breakdown["reset"].items()))
+    print("step parts (p50 ms): " + ", ".join(f"{k} {v:.1f}" for k, v in breakdown["step"].items()))
     speedup, overhead = f50 / r50, s50 / x50
     print(f"reset speed-up (fresh p50 / warm p50): {speedup:.1f}x   target >= 5x   "
           f"{'OK' if speedup >= 5 else 'MISSED'}")
@@ -113,6 +121,34 @@ def main() -> int:
                           "fresh_p50_s": f50, "step_p50_s": s50, "raw_exec_p50_s": x50,
                           "fork_p50_s": {n: statistics.median(t) for n, t in fork_times.items()}}))
     return 0 if speedup >= 5 and overhead < 1.3 and (fork8 is None or fork8 < 0.3) else 1
+
+
+def reset_and_step_breakdown(box, rounds: int) -> dict[str, dict[str, float]]:
+    """Where a reset's and a step's time goes. Reset: each phase as the runner times it (after an edit, as
+    episodes leave the tree). Step: the channel's round trip (``ping``), a command as the runner runs it (spawn to
+    exit, output captured), the whole ``sandbox.run``, and the tree id an env step asks for (cached when no file
+    changed)."""
+    phases: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        box.run("echo x >> README.md; touch new.txt")
+        answer = box.request("reset", scratch=list(box.scratch_dirs), wait=60)
+        for name, seconds in answer["phases"].items():
+            phases.setdefault(name, []).append(seconds)
+    parts: dict[str, list[float]] = {"ping": [], "command (runner)": [], "sandbox.run": [], "tree id": []}
+    time.sleep(0.1)  # every file settled: the tree id comes from the runner's cache, as in a run of reads
+    for _ in range(rounds):
+        start = time.perf_counter()
+        box.request("ping")
+        parts["ping"].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        result = box.run("cat README.md > /dev/null")
+        parts["sandbox.run"].append(time.perf_counter() - start)
+        parts["command (runner)"].append(result.duration_s)
+        start = time.perf_counter()
+        box.tree_id()
+        parts["tree id"].append(time.perf_counter() - start)
+    return {"reset": {k: statistics.median(v) * 1e3 for k, v in phases.items()},
+            "step": {k: statistics.median(v) * 1e3 for k, v in parts.items()}}
 
 
 def time_forks(task, counts: list[int], rounds: int) -> dict[int, list[float]]:
