@@ -36,6 +36,19 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(group))
 
 
+def download_sdist(spec: str, folder: Path) -> Path:
+    """``spec``'s source archive from the package index into ``folder`` (a test that needs one fails in CI without
+    it, and skips elsewhere)."""
+    before = set(folder.iterdir())
+    fetched = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+                              "-d", str(folder), spec], capture_output=True, text=True)
+    if fetched.returncode != 0:
+        if IN_CI:
+            pytest.fail(f"CI could not download the sdist {spec} from the package index: {fetched.stderr[-500:]}")
+        pytest.skip(f"no package index here: {fetched.stderr[-200:]}")
+    return next(p for p in set(folder.iterdir()) - before if p.name.endswith((".tar.gz", ".zip")))
+
+
 def require_backend(name: str) -> None:
     """Skip when ``name`` cannot run here, but fail in CI: Docker tests must run there."""
     why = backend_unavailable(name)

@@ -12,7 +12,7 @@ import pytest
 
 import pip
 from repogym.envs.rewards.leaks import vendored_copies
-from tests.conftest import IN_CI, _git, require_backend
+from tests.conftest import _git, download_sdist, require_backend
 
 BASE = "requests==2.31.0"
 """The task's base: a requests release older than the one the newest pip vendors."""
@@ -33,13 +33,7 @@ def test_a_fix_held_by_pips_vendored_copy_is_flagged_then_hidden(tmp_path):
     from repogym.envs.rewards.leaks import find_leaks
     from repogym.envs.sandbox import SandboxConfig, sandbox_factory
     from repogym.envs.tasks.schema import Task
-    fetched = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-                              "-d", str(tmp_path), BASE], capture_output=True, text=True)
-    if fetched.returncode != 0:
-        if IN_CI:
-            pytest.fail(f"CI could not download {BASE} from PyPI: {fetched.stderr[-500:]}")
-        pytest.skip(f"no PyPI here: {fetched.stderr[-200:]}")
-    with tarfile.open(next(tmp_path.glob("requests-*.tar.gz"))) as tar:
+    with tarfile.open(download_sdist(BASE, tmp_path)) as tar:
         tar.extractall(tmp_path, filter="data")
     repo = next(p for p in tmp_path.iterdir() if p.is_dir())
     _git(repo, "init", "-q", "-b", "main")

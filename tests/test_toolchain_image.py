@@ -11,7 +11,7 @@ from repogym.envs.core.errors import ConfigError
 from repogym.envs.sandbox.images import (BUILD_PACKAGES, base_image_name, base_image_of, env_dockerfile,
                                          hidden_vendored, toolchain_of)
 from repogym.envs.tasks.schema import Task
-from tests.conftest import IN_CI, _git, require_backend
+from tests.conftest import _git, download_sdist, require_backend
 
 
 def test_the_toolchain_picks_its_own_base_image_and_is_checked():
@@ -57,13 +57,7 @@ def test_a_c_extension_sdist_builds_in_place_offline_in_the_toolchain_image(tmp_
     require_backend("docker")
     from repogym.envs.sandbox import SandboxConfig, sandbox_factory
     from repogym.envs.tasks.repos import snapshot
-    fetched = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-                              "-d", str(tmp_path), SDIST], capture_output=True, text=True)
-    if fetched.returncode != 0:
-        if IN_CI:
-            pytest.fail(f"CI could not download the sdist {SDIST} from PyPI: {fetched.stderr[-500:]}")
-        pytest.skip(f"no PyPI here: {fetched.stderr[-200:]}")
-    archive = next(tmp_path.glob("bitarray-*.tar.gz"))
+    archive = download_sdist(SDIST, tmp_path)
     with tarfile.open(archive) as tar:
         tar.extractall(tmp_path, filter="data")
     repo = next(p for p in tmp_path.iterdir() if p.is_dir())
