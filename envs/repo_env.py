@@ -38,7 +38,7 @@ from repogym.envs.rewards.evaluate import prepared
 from repogym.envs.rewards.components import EpisodeFacts, RewardConfig, compute_reward
 from repogym.envs.rewards.facts import analyze_sandbox, ran_tests_since_last_edit, tests_since_last_edit
 from repogym.envs.sandbox import SandboxConfig, SandboxRequestError, default_backend, sandbox_factory
-from repogym.envs.sandbox.cleanup import close_later
+from repogym.envs.sandbox.cleanup import close_later, wait_closed
 from repogym.envs.sandbox.pool import SandboxPool
 from repogym.envs.core.status import Status, excluded
 from repogym.envs.tasks.repos import repo_path, snapshot
@@ -566,6 +566,7 @@ class RepoTaskEnv(gym.Env):
                 pool.close()
             self._pools.clear()
             self._fork_pools.clear()
+            wait_closed()  # the graded sandboxes closing in the background: gone when close returns
         super().close()
 
     # -- helpers --------------------------------------------------------------------------------------

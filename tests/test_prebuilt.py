@@ -97,7 +97,9 @@ def prebuilt_task(tiny_task, swebench_image):
 
 
 def _containers_of(tag: str) -> list:
+    from repogym.envs.sandbox import bytecode
     from repogym.envs.sandbox.docker_client import docker_client
+    bytecode.wait()  # the image's bytecode volume is filled by a container of its own, removed when done
     return docker_client().containers.list(all=True, filters={"ancestor": tag})
 
 

@@ -5,7 +5,8 @@ Test runs read and write bytecode only under a harness prefix (``PYTHONPYCACHEPR
 from source: two thirds of a small suite's grading. Here that prefix is filled once (``inside/repogym_bytecode.py``,
 with the interpreter the tests use, before any agent exists) and mounted read-only at :data:`BYTECODE_MOUNT`:
 
-- docker: a volume per image (``repogym-bytecode-<image id>``), filled by a throwaway container of the image;
+- docker: a volume per image (``repogym-bytecode-<image id>``), filled by a throwaway container of the image
+  (labelled with this process as its owner, so the exit sweep and ``repogym gc`` reap one left running);
 - local: a folder under the cache per virtualenv (``bytecode/<env>``), filled on the host with the paths the
   sandbox sees.
 
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from repogym.envs.core.paths import cache_dir
 from repogym.envs.sandbox.base import INSIDE_DIR
+from repogym.envs.sandbox.owner import owner_labels
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +80,7 @@ def _fill_volume(client, image: str, name: str, repo_dir: str) -> None:
         output = client.containers.run(
             image, ["sh", "-c", f'exec python /opt/repogym/{SCRIPT.name} "$0" --exclude "$1"', BYTECODE_MOUNT, repo_dir],
             volumes={name: {"bind": BYTECODE_MOUNT, "mode": "rw"}}, network_mode="none", user="root",
-            working_dir="/", remove=True, labels={VOLUME_LABEL: image}, mem_limit="1g")
+            working_dir="/", remove=True, labels={VOLUME_LABEL: image, **owner_labels()}, mem_limit="1g")
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(f"{created}\n{output.decode(errors='replace')}")
         log.info("bytecode for %s: %s", image, output.decode(errors="replace").strip())

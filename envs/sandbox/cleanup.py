@@ -94,6 +94,14 @@ def close_later(sandbox: Any, **close_args: Any) -> None:
     sandbox.close(**close_args)
 
 
+def wait_closed(timeout: float = 60.0) -> None:
+    """Wait until what :func:`close_later` was given so far is closed (an env's close leaves nothing running)."""
+    with _lock:
+        closer = _state.get("closer")
+    if closer is not None:
+        closer.submit(lambda: None).result(timeout=timeout)  # one thread, in order: done when all before it are
+
+
 def _close_logged(sandbox: Any, close_args: dict[str, Any]) -> None:
     try:
         sandbox.close(**close_args)
