@@ -28,12 +28,19 @@ os.environ.setdefault("REPOGYM_STRICT", "1")
 
 def pytest_collection_modifyitems(config, items):
     """Groups for ``pytest -n N --dist loadgroup`` (scripts/test.sh): a file's tests stay on one worker, so its
-    module fixtures are built once; every Ray test shares one worker, so two Ray clusters never start at once."""
+    module fixtures are built once (but for :data:`SWEEPS`); every Ray test shares one worker, so two Ray clusters
+    never start at once."""
     if not config.pluginmanager.hasplugin("xdist"):  # an environment without pytest-xdist (.venv-vllm)
         return
     for item in items:
         group = "ray" if item.get_closest_marker("ray") else item.nodeid.split("::")[0]
+        if item.nodeid.split("[")[0] in SWEEPS:  # each backend's sweep may take its own worker
+            group = item.nodeid
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+# Tests of several minutes each, parametrized by backend, with no module fixture to share: one group per parameter.
+SWEEPS = ("tests/test_builtin_suite.py::test_the_whole_builtin_suite_validates",)
 
 
 def download_sdist(spec: str, folder: Path) -> Path:

@@ -113,7 +113,10 @@ def run_child(backend: str, how: str) -> tuple[str, subprocess.CompletedProcess 
     args = [sys.executable, "-c", CHILD, backend, run_id, how]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     if how in ("sigterm", "sigint"):
-        child = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # SIGINT back to its default in the child: a parent that ignores it (an xdist worker does) would pass the
+        # ignoring on, and Python would then never raise KeyboardInterrupt: the child would sleep its 120 s out.
+        child = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         line = child.stdout.readline()
         assert line.strip() == "ready", child.stderr.read()
         assert leftovers(run_id) or bwrap_children(child.pid), "the child should hold sandboxes now"
@@ -134,6 +137,8 @@ def test_every_sandbox_of_a_process_is_gone_when_it_ends(backend, how):
         assert child.returncode == 1 and "the agent's code blew up" in stderr
     elif how == "sigterm":
         assert child.returncode == 128 + signal.SIGTERM, stderr
+    elif how == "sigint":  # Ctrl-C ended it (not the end of its sleep)
+        assert child.returncode != 0 and "KeyboardInterrupt" in stderr, (child.returncode, stderr[-2000:])
     elif how == "normal":
         assert child.returncode == 0, stderr
     deadline = time.monotonic() + 10  # the kernel reaps a dead bubblewrap a moment after its parent exits
