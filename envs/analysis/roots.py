@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import configparser
 import tomllib
+from repogym.envs.core import pyast
 from collections.abc import Mapping
 
 _LAYOUT_ROOTS = ("src", "lib", "python")
@@ -86,7 +87,7 @@ def _from_setup_cfg(text: str) -> list[str]:
 
 def _from_setup_py(text: str) -> list[str]:
     try:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # any text: never stop indexing
         return []
     roots: list[str] = []

@@ -49,6 +49,7 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from repogym.envs.core import pyast
 from repogym.envs.rewards.twin_shapes import fresh_name, shuffled, twin_group
 from repogym.envs.sandbox.base import Sandbox
 from repogym.envs.sandbox.testrun import django_label
@@ -187,7 +188,7 @@ def twin_source(source: str, test_ids: list[str], taken: set[str] | None = None)
     parse.
     """
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except (SyntaxError, ValueError):
         return None
     taken = set(taken or ()) | {n.name for n in ast.walk(tree) if isinstance(n, (
@@ -262,7 +263,7 @@ def _described(sandbox: Sandbox, lines: list[str], test_files: list[str]) -> dic
     found: dict[str, list[str]] = {}
     for path in test_files if lines else []:
         try:
-            tree = ast.parse(sandbox.read_file(path, limit=64 << 20).decode("utf-8"))
+            tree = pyast.parse(sandbox.read_file(path, limit=64 << 20).decode("utf-8"))
         except (FileNotFoundError, UnicodeDecodeError, OSError, SyntaxError, ValueError):
             continue
         for owner in (n for n in tree.body if isinstance(n, ast.ClassDef)):

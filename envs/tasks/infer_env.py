@@ -47,6 +47,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from repogym.envs.core import pyast
 from repogym.envs.core.errors import InfraError
 from repogym.envs.tasks.pins import parse_requirement, resolve, unpinned
 from repogym.envs.tasks.pypi import PyPI
@@ -335,7 +336,7 @@ def _read_setup_cfg(text: str, found: _Found) -> None:
 
 def _read_setup_py(text: str, found: _Found) -> None:
     try:
-        tree = ast.parse(text)
+        tree = pyast.parse(text)
     except (SyntaxError, ValueError) as exc:  # Python 2 only syntax, or a NUL byte
         found.notes.append(f"setup.py does not parse as Python 3 ({exc.__class__.__name__}): not read")
         return
