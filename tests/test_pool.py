@@ -104,6 +104,21 @@ def test_a_config_error_stops_the_refilling_at_once(caplog):
             pool.close()
 
 
+def test_failing_install_steps_stop_the_refilling_at_once(caplog):
+    # A pool of prepared sandboxes (the base loaded, its install run): a failing install fails again every try.
+    from repogym.envs.core.errors import InstallFailed
+    factory = Factory(InstallFailed("sandbox.install", "pip: no matching distribution"))
+    with caplog.at_level(logging.ERROR, logger="repogym.envs.sandbox.pool"):
+        pool = SandboxPool(factory, size=1, backoff_s=0.01)
+        try:
+            wait_for(lambda: not pool.refilling)
+            time.sleep(0.05)
+            assert factory.calls == 1
+            assert any("install steps" in r.getMessage() for r in caplog.records)
+        finally:
+            pool.close()
+
+
 def test_a_bug_in_a_start_is_reported_and_stops_the_refilling(monkeypatch):
     monkeypatch.setenv("REPOGYM_STRICT", "0")  # counted rather than raised, so the thread's end can be seen
     before = bug_counts().get("sandbox.pool.start: TypeError", 0)

@@ -16,7 +16,7 @@ import threading
 from typing import Callable
 
 from repogym.envs.core.bugs import report_bug
-from repogym.envs.core.errors import ConfigError, InfraError, RepogymError
+from repogym.envs.core.errors import ConfigError, InfraError, InstallFailed, RepogymError
 from repogym.envs.sandbox import cleanup
 from repogym.envs.sandbox.base import Sandbox
 from repogym.envs.sandbox.docker_client import daemon_errors
@@ -66,6 +66,10 @@ class SandboxPool:
                 return
             try:
                 sandbox = self.factory()
+            except InstallFailed as exc:  # the task's install steps (a pool of prepared sandboxes): the same each try
+                self._wanted.release()
+                self._give_up(f"a sandbox's install steps failed and trying again cannot help: {exc}")
+                return
             except (InfraError, *daemon_errors()) as exc:  # the backend: its daemon, bubblewrap, an image, the disk
                 self._wanted.release()  # still wanted, by the next try or the next filling thread
                 if not self._failed(exc):
