@@ -4,7 +4,8 @@ A start that fails for an outside cause (the Docker daemon, bubblewrap, an image
 its reason and tried again after a growing pause (:attr:`SandboxPool.backoff_s` doubling up to
 :attr:`SandboxPool.max_backoff_s`); after :attr:`SandboxPool.max_failures` such failures in a row the pool stops
 refilling, and :meth:`SandboxPool.acquire` starts sandboxes itself (so its caller sees the cause) until one of those
-starts succeeds, which resumes refilling. A failure no retry can mend (a config error, a bug of ours) stops refilling
+starts succeeds, which resumes refilling. A failure no retry can mend (a config error, failing install steps, a bug of
+ours) stops refilling
 at once; a bug goes to :func:`repogym.envs.core.bugs.report_bug`.
 """
 
