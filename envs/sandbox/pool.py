@@ -5,8 +5,7 @@ its reason and tried again after a growing pause (:attr:`SandboxPool.backoff_s` 
 :attr:`SandboxPool.max_backoff_s`); after :attr:`SandboxPool.max_failures` such failures in a row the pool stops
 refilling, and :meth:`SandboxPool.acquire` starts sandboxes itself (so its caller sees the cause) until one of those
 starts succeeds, which resumes refilling. A failure no retry can mend (a config error, failing install steps, a bug of
-ours) stops refilling
-at once; a bug goes to :func:`repogym.envs.core.bugs.report_bug`.
+ours) stops refilling at once; a bug goes to :func:`repogym.envs.core.bugs.report_bug`.
 """
 
 from __future__ import annotations
