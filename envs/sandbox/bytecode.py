@@ -51,8 +51,9 @@ def _filled_marker(name: str) -> Path:
     return cache_dir() / "bytecode" / f"{name}.filled"
 
 
-def docker_volume(client, image: str, repo_dir: str) -> str:
-    """The name of ``image``'s bytecode volume, filled in the background the first time it is asked for."""
+def docker_volume(client, image: str, repo_dir: str, inside_dir: str) -> str:
+    """The name of ``image``'s bytecode volume, filled in the background the first time it is asked for (with the
+    harness's script from ``inside_dir``; ``repo_dir`` is left out)."""
     name = _volumes.get(image)
     if name is None:
         name = _volumes[image] = f"repogym-bytecode-{client.images.get(image).id.split(':')[-1][:16]}"
@@ -60,11 +61,11 @@ def docker_volume(client, image: str, repo_dir: str) -> str:
         if name in _filling:
             return name
         _filling.add(name)
-    _start(_fill_volume, client, image, name, repo_dir)
+    _start(_fill_volume, client, image, name, repo_dir, inside_dir)
     return name
 
 
-def _fill_volume(client, image: str, name: str, repo_dir: str) -> None:
+def _fill_volume(client, image: str, name: str, repo_dir: str, inside_dir: str) -> None:
     import docker.errors
 
     marker = _filled_marker(name)
@@ -78,7 +79,8 @@ def _fill_volume(client, image: str, name: str, repo_dir: str) -> None:
         if marker.is_file() and marker.read_text().split("\n", 1)[0] == created:
             return
         output = client.containers.run(
-            image, ["sh", "-c", f'exec python /opt/repogym/{SCRIPT.name} "$0" --exclude "$1"', BYTECODE_MOUNT, repo_dir],
+            image, ["sh", "-c", 'exec python "$0" "$1" --exclude "$2"', f"{inside_dir}/{SCRIPT.name}", BYTECODE_MOUNT,
+                    repo_dir],
             volumes={name: {"bind": BYTECODE_MOUNT, "mode": "rw"}}, network_mode="none", user="root",
             working_dir="/", remove=True, labels={VOLUME_LABEL: image, **owner_labels()}, mem_limit="1g")
         marker.parent.mkdir(parents=True, exist_ok=True)

@@ -77,7 +77,7 @@ class DockerSandbox(RunnerClient):
         # Recorded before the daemon makes it: an exit at any moment from here on removes it (by name or owner label).
         register_sandbox(self, docker=True)
         try:
-            volume = docker_volume(self.client, self.image, repo_dir)
+            volume = docker_volume(self.client, self.image, repo_dir, self.inside_dir)
             self.container = self.client.containers.run(
                 self.image, ["sleep", "infinity"], name=self.name, detach=True, labels=labels,
                 network_mode="none", mem_limit=self.config.memory, memswap_limit=self.config.memory,
