@@ -306,12 +306,20 @@ def _classifiers(classifiers: list[str], where: str, found: _Found) -> None:
         found.listed_pythons = (versions, where)
 
 
-def _read_setup_cfg(text: str, found: _Found) -> None:
+def _ini(text: str, name: str, found: _Found) -> configparser.RawConfigParser | None:
+    """``text`` (the file ``name``) read as an INI file; None, with a note, when it does not parse."""
     parser = configparser.RawConfigParser()
     try:
         parser.read_string(text)
     except configparser.Error as exc:
-        found.notes.append(f"setup.cfg does not parse ({exc.__class__.__name__}): not read")
+        found.notes.append(f"{name} does not parse ({exc.__class__.__name__}): not read")
+        return None
+    return parser
+
+
+def _read_setup_cfg(text: str, found: _Found) -> None:
+    parser = _ini(text, "setup.cfg", found)
+    if parser is None:
         return
     if parser.has_section("metadata"):
         found.name = found.name or parser.get("metadata", "name", fallback="")
@@ -440,13 +448,8 @@ def _normpath(path: str) -> str:
 
 
 def _read_tox(text: str, files: dict[str, str], found: _Found) -> None:
-    parser = configparser.RawConfigParser()
-    try:
-        parser.read_string(text)
-    except configparser.Error as exc:
-        found.notes.append(f"tox.ini does not parse ({exc.__class__.__name__}): not read")
-        return
-    if not parser.has_section("testenv"):
+    parser = _ini(text, "tox.ini", found)
+    if parser is None or not parser.has_section("testenv"):
         return
     for line in _strings(parser.get("testenv", "deps", fallback="")):
         if "{" in line or line.startswith("-c"):
