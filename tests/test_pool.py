@@ -9,7 +9,7 @@ import time
 import pytest
 
 from repogym.envs.core.bugs import bug_counts
-from repogym.envs.core.errors import ConfigError, SandboxError
+from repogym.envs.core.errors import ConfigError, InstallFailed, SandboxError
 from repogym.envs.sandbox.pool import SandboxPool
 
 
@@ -91,30 +91,20 @@ def test_the_pause_doubles_up_to_its_cap():
     pool.close()
 
 
-def test_a_config_error_stops_the_refilling_at_once(caplog):
-    factory = Factory(ConfigError("setup.image: expected an image name, got ''"))
-    with caplog.at_level(logging.ERROR, logger="repogym.envs.sandbox.pool"):
-        pool = SandboxPool(factory, size=1, backoff_s=0.01)
-        try:
-            wait_for(lambda: not pool.refilling)
-            time.sleep(0.05)
-            assert factory.calls == 1
-            assert any("cannot help" in r.getMessage() and "setup.image" in r.getMessage() for r in caplog.records)
-        finally:
-            pool.close()
-
-
-def test_failing_install_steps_stop_the_refilling_at_once(caplog):
+@pytest.mark.parametrize("error, words", [
+    (ConfigError("setup.image: expected an image name, got ''"), ("cannot help", "setup.image")),
     # A pool of prepared sandboxes (the base loaded, its install run): a failing install fails again every try.
-    from repogym.envs.core.errors import InstallFailed
-    factory = Factory(InstallFailed("sandbox.install", "pip: no matching distribution"))
+    (InstallFailed("sandbox.install", "pip: no matching distribution"), ("cannot help", "install steps")),
+], ids=["config error", "install steps"])
+def test_a_failure_no_retry_mends_stops_the_refilling_at_once(caplog, error, words):
+    factory = Factory(error)
     with caplog.at_level(logging.ERROR, logger="repogym.envs.sandbox.pool"):
         pool = SandboxPool(factory, size=1, backoff_s=0.01)
         try:
             wait_for(lambda: not pool.refilling)
             time.sleep(0.05)
             assert factory.calls == 1
-            assert any("install steps" in r.getMessage() for r in caplog.records)
+            assert any(all(w in r.getMessage() for w in words) for r in caplog.records)
         finally:
             pool.close()
 
