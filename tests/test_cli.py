@@ -26,7 +26,10 @@ def test_unknown_suite_is_a_clean_error(capsys):
 def test_validate_one_task_from_a_file(tmp_path, capsys, tiny_task):
     path = tmp_path / "tiny.jsonl"
     path.write_text(json.dumps(tiny_task.to_dict()) + "\n")
-    assert main(["validate", "--tasks", str(path), "--sandbox", "local"]) == 0
+    assert main(["validate", "--tasks", str(path), "--sandbox", "local", "--gold-runs", "0"]) == 2
+    assert "expected a positive --gold-runs, got 0" in capsys.readouterr().err
+    # Gold graded twice: the two grades agree, so the task is valid (a disagreement: test_rewards.py).
+    assert main(["validate", "--tasks", str(path), "--sandbox", "local", "--gold-runs", "2"]) == 0
     out = capsys.readouterr().out
     assert "1/1 tasks valid" in out and "twins 1/1 F2P" in out
     assert "twins: 1/1 FAIL_TO_PASS tests (100.0%) have a must-fail twin; 0 unprotected in 0 task(s)" in out

@@ -7,8 +7,8 @@ import pytest
 
 from repogym.envs.core import bugs
 from repogym.envs.core.errors import InternalError, SandboxError
-from repogym.envs.rewards import evaluate, grade
-from repogym.envs.rewards.validate import validate_task
+from repogym.envs.rewards import EvalRecord, evaluate, grade
+from repogym.envs.rewards.validate import changed_tests, validate_task
 from repogym.envs.sandbox import SandboxConfig, sandbox_factory
 from repogym.envs.core.status import Status
 
@@ -81,6 +81,17 @@ def test_validate_task_accepts_a_good_task_and_flags_a_wrong_one(factory, tiny_t
     assert not verdict.ok
     assert any("FAIL_TO_PASS passes without the fix" in p for p in verdict.problems)
     assert any("PASS_TO_PASS fails at the base" in p for p in verdict.problems)
+
+
+def test_a_test_whose_outcome_changes_between_grades_of_one_patch_is_flaky():
+    def record(**tests):
+        return EvalRecord("t", Status.RESOLVED, tests={k.replace("_", "::"): v for k, v in tests.items()})
+
+    same = [record(a_x="passed", a_y="failed")] * 3
+    assert changed_tests(same) == [] and changed_tests([]) == []
+    flipped = same + [record(a_x="failed", a_y="failed")]
+    assert changed_tests(flipped) == ["a::x"]
+    assert changed_tests(same + [record(a_y="failed")]) == ["a::x"]  # absent from one grade is a change too
 
 
 def test_a_task_whose_fix_is_in_the_test_framework_is_refused_not_graded(tiny_task):

@@ -29,33 +29,10 @@ def _config(run_dir: Path, steps: int) -> TrainConfig:
                          train={"steps": steps, "max_refills": -1, "checkpoint_every": 0, "eval_every": 0})
 
 
-def test_a_grpo_run_on_vllm_streams_each_update_to_the_engine(tmp_path: Path):
-    import ray
-
-    run_dir = tmp_path / "run"
-    trainer = Trainer(_config(run_dir, 2), progress=False)
-    try:
-        trainer.run()
-        engine_version = ray.get(trainer.weights.engine_handles()[0].get_version.remote())
-        pushed_to_workers = trainer.fleet._weights  # what a restarted rollout worker would be given
-    finally:
-        ray.shutdown()
-    steps = _metrics(run_dir)
-    assert [m["step"] for m in steps] == [1, 2]
-    assert engine_version == 2 == steps[-1]["charts/policy_version"]
-    # Every update went to the engine as bf16 buckets: two bytes per parameter of the tiny model.
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(run_dir / "model")
-    elements = sum(v.numel() for v in model.state_dict().values())
-    assert all(m["weight_sync/bytes"] == 2 * elements for m in steps)
-    assert all(m["weight_sync/seconds"] > 0 for m in steps)
-    assert pushed_to_workers is None  # the rollout workers only call the engine: no weights went to them
-
-
-def test_a_dead_engine_is_replaced_and_brought_to_the_current_weights(tmp_path: Path):
-    """The engine actor is killed during step 2's rollouts: the rollout worker's call is retried on a replacement
-    from the pool, the next weight sync is made over a new group, and the run finishes on the new engine."""
+def test_a_grpo_run_streams_each_update_to_the_engine_and_a_dead_engine_is_replaced(tmp_path: Path):
+    """A GRPO run on vLLM streams each update to the engine, and the rollout workers never receive weights. The
+    engine actor is killed during step 2's rollouts: the rollout worker's call is retried on a replacement from the
+    pool, the next weight sync is made over a new group, and the run finishes on the new engine."""
     import threading
     import time
 
@@ -80,14 +57,24 @@ def test_a_dead_engine_is_replaced_and_brought_to_the_current_weights(tmp_path: 
         trainer.run()
         engine = trainer.weights.engine_handles()[0]
         engine_version = ray.get(engine.get_version.remote())
+        pushed_to_workers = trainer.fleet._weights  # what a restarted rollout worker would be given
     finally:
         ray.shutdown()
     steps = _metrics(run_dir)
     assert killed and [m["step"] for m in steps] == [1, 2, 3]
     assert engine._actor_id.hex() != killed[0]
     assert steps[-1]["charts/engine_restarts"] == 1
-    assert engine_version == 3  # the replacement started at version 0 and was synced since
+    # The replacement started at version 0 and was synced since.
+    assert engine_version == 3 == steps[-1]["charts/policy_version"]
     assert all(m["rollout/infra_errors"] == 0 for m in steps)  # the lost call was retried, not dropped
+    # Every update went to the engine as bf16 buckets: two bytes per parameter of the tiny model.
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(run_dir / "model")
+    elements = sum(v.numel() for v in model.state_dict().values())
+    assert all(m["weight_sync/bytes"] == 2 * elements for m in steps)
+    assert all(m["weight_sync/seconds"] > 0 for m in steps)
+    assert pushed_to_workers is None  # the rollout workers only call the engine: no weights went to them
 
 
 def test_the_gpu_check_runs_its_code_path_on_cpu(capsys):

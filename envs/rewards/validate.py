@@ -1,11 +1,12 @@
 """Task validation: the gold patch resolves the task, the empty patch does not, no test is flaky, nothing leaks.
 
-Per task: grade the gold patch once (which also says which FAIL_TO_PASS tests got no twin: :attr:`Validation.unprotected`)
-and the empty patch three times (the baseline), and run the no-leak
+Per task: grade the gold patch once, or ``gold_runs`` times (which also says which FAIL_TO_PASS tests got no twin:
+:attr:`Validation.unprotected`), and the empty patch three times (the baseline), and run the no-leak
 check (:func:`repogym.envs.rewards.leaks.find_leaks`) in a sandbox made as an episode's would be. Problems found:
 gold not resolved; a FAIL_TO_PASS test passing at base; a PASS_TO_PASS test failing at base; a way to the
 fix inside the agent's sandbox (``leak: ...``); a gold patch in code the harness imports (the repository is
-the test framework, pytest-dev/pytest: not graded safely, so not graded); tests whose baseline outcome changes between runs (flaky);
+the test framework, pytest-dev/pytest: not graded safely, so not graded); tests whose outcome changes between runs of
+one patch, the baselines' or the gold patch's (flaky);
 infrastructure errors (reported apart, not as task bugs). Each verdict also names its failed checks in
 ``reasons`` (short keys of :data:`REASONS`), so a caller such as the task generator can count drops by kind.
 
@@ -27,7 +28,7 @@ from typing import Callable
 from repogym.envs.core.errors import ConfigError, InfraError, LocatedError
 from repogym.envs.rewards.causes import CAUSES, diagnose
 from repogym.envs.rewards.coverage_run import describe, measure_coverage
-from repogym.envs.rewards.evaluate import grade, prepared
+from repogym.envs.rewards.evaluate import EvalRecord, grade, prepared
 from repogym.envs.rewards.leaks import find_leaks, vendored_copies
 from repogym.envs.rewards.tamper import is_shadow_path
 from repogym.envs.sandbox.base import Sandbox
@@ -45,7 +46,8 @@ REASONS = {
     "p2p_fails_at_base": "a PASS_TO_PASS test fails at the base commit",
     "no_f2p": "the task has no FAIL_TO_PASS test",
     "leak": "the agent's sandbox holds a way to the fix (the no-leak check)",
-    "flaky": "a test's baseline outcome changes between runs",
+    "flaky": "a test's outcome changes between runs of the same patch (the empty patch's, or the gold patch's when "
+             "it is graded more than once)",
     "infra_error": "the checks could not run (infrastructure, not the task)",
     "no_source": "the task's repository or base commit cannot be had (no mirror holds it, the clone failed)",
     "env_build": "the task's environment could not be made (its image, wheels or Python version) or could not "
@@ -98,10 +100,12 @@ class Validation:
 
 def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = BASELINE_RUNS, *,
                   make_agent_sandbox: Callable[[], Sandbox] | None = None, leaks: bool = True,
-                  coverage: bool = True) -> Validation:
+                  coverage: bool = True, gold_runs: int = 1) -> Validation:
     """Validate one task with sandboxes from ``make_sandbox``; the no-leak check (``leaks``) uses
     ``make_agent_sandbox`` (default: ``make_sandbox``), which should make sandboxes as episodes get them.
-    ``coverage``: a valid task's suite is run once more under the coverage probe, and its map kept (cached by base)."""
+    ``coverage``: a valid task's suite is run once more under the coverage probe, and its map kept (cached by base).
+    ``gold_runs``: the gold patch is graded this many times, each in a fresh sandbox, and a test whose outcome changes
+    between them is flaky (a reward that would flip on the same patch)."""
     start = time.monotonic()
     result = Validation(task.instance_id)
     harness = sorted(p for p in touched_paths(task.patch) if is_shadow_path(p))
@@ -122,10 +126,15 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
             sandbox = pool.acquire()
             pool.stop()
             return sandbox
-        baselines = [grade(task, "", last if i == runs - 1 else pool.acquire, checked=True) for i in range(runs)]
+        patches = [task.patch] * (gold_runs - 1) + [""] * runs
+        records = [grade(task, patch, last if i == len(patches) - 1 else pool.acquire, checked=True)
+                   for i, patch in enumerate(patches)]
+        golds, baselines = [gold] + records[:gold_runs - 1], records[gold_runs - 1:]
     finally:
         close_later(pool, timeout=0)  # a start it has in progress is not waited for
-    for label, record in [("gold", gold)] + [(f"baseline {i + 1}", r) for i, r in enumerate(baselines)]:
+    labelled = ([("gold", r) if gold_runs == 1 else (f"gold {i + 1}", r) for i, r in enumerate(golds)]
+                + [(f"baseline {i + 1}", r) for i, r in enumerate(baselines)])
+    for label, record in labelled:
         if record.status in (Status.INFRA_ERROR, Status.INTERNAL_ERROR):  # nothing judged: the task is not at fault
             result.infra_errors.append(f"{label}: {record.error['where']}: {record.error['message']}")
     if leaks:
@@ -169,8 +178,10 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
             result.reasons.append(cause)
     if not task.FAIL_TO_PASS:
         result.fail("no_f2p", "no FAIL_TO_PASS tests")
-    result.flaky = sorted(t for t in base.tests if len({r.tests.get(t) for r in baselines}) > 1)
-    if result.flaky:
+    result.flaky = sorted(set(changed_tests(baselines)) | set(changed_tests(golds)))
+    if len({r.status for r in golds}) > 1:  # e.g. a guard that trips on one run: no test outcome need differ
+        result.fail("flaky", f"the gold patch's status changes between runs: {[r.status for r in golds]}")
+    if result.flaky and "flaky" not in result.reasons:
         result.reasons.append("flaky")
     if coverage and result.ok:  # harness data, made before any agent: the tests that really run each function
         try:
@@ -179,6 +190,12 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
             result.coverage = f"coverage map: not measured ({exc.where}: {exc.message[:300]})"
     result.duration_s = time.monotonic() - start
     return result
+
+
+def changed_tests(records: list[EvalRecord]) -> list[str]:
+    """The tests whose outcome is not the same in every one of ``records`` (grades of one patch)."""
+    names = sorted(set().union(*(r.tests for r in records))) if records else []
+    return [t for t in names if len({r.tests.get(t) for r in records}) > 1]
 
 
 def _causes_note(tests: list[str], result: Validation) -> str:
@@ -194,9 +211,9 @@ def _causes_note(tests: list[str], result: Validation) -> str:
 def validate_tasks(tasks: list[Task], factory_for: Callable[[Task], Callable[[], Sandbox]], workers: int = 2,
                    on_result: Callable[[Validation], None] | None = None,
                    agent_factory_for: Callable[[Task], Callable[[], Sandbox]] | None = None,
-                   coverage: bool = True) -> list[Validation]:
-    """Validate many tasks, ``workers`` at a time; ``on_result`` sees each verdict as it lands; ``coverage``: as
-    :func:`validate_task` (a map per valid task).
+                   coverage: bool = True, gold_runs: int = 1) -> list[Validation]:
+    """Validate many tasks, ``workers`` at a time; ``on_result`` sees each verdict as it lands; ``coverage`` and
+    ``gold_runs``: as :func:`validate_task`.
 
     ``agent_factory_for``: sandboxes for the no-leak check, made as episodes get them (default: ``factory_for``).
     A task whose repository or base commit cannot be had gets a ``no_source`` verdict, and one whose factory cannot
@@ -217,7 +234,7 @@ def validate_tasks(tasks: list[Task], factory_for: Callable[[Task], Callable[[],
             verdict = Validation(task.instance_id)
             verdict.fail("env_build", f"environment not built: {type(exc).__name__}: {exc}"[:1200])
             return verdict
-        return validate_task(task, make, make_agent_sandbox=make_agent, coverage=coverage)
+        return validate_task(task, make, make_agent_sandbox=make_agent, coverage=coverage, gold_runs=gold_runs)
 
     def one(task: Task) -> Validation:
         verdict = verdict_of(task)

@@ -29,6 +29,9 @@ def add_parser(sub) -> None:
                              "holds (resume a long run; the summary counts them); the tests failing for a cause "
                              "outside the patch and the leaks' remedies are in it, for `repogym tasks import "
                              "--drop-broken-tests FILE`")
+    parser.add_argument("--gold-runs", type=int, default=1, metavar="N",
+                        help="grade the gold patch N times, each in a fresh sandbox (default 1): a test whose outcome "
+                             "changes between them is flaky, a reward that would flip on the same patch")
     parser.add_argument("--no-coverage", dest="coverage", action="store_false",
                         help="skip the coverage run: by default each valid task's suite runs once more under the "
                              "coverage probe, and the map of which tests run which functions is kept for "
@@ -49,6 +52,8 @@ def run(args) -> int:
     # Arguments are checked before a suite is built or a sandbox started.
     if args.workers < 1:
         raise ConfigError(f"expected a positive --workers, got {args.workers}")
+    if args.gold_runs < 1:
+        raise ConfigError(f"expected a positive --gold-runs, got {args.gold_runs}")
     if args.results and not os.path.isdir(os.path.dirname(os.path.abspath(args.results))):
         raise ConfigError(f"expected --results in an existing folder, got {args.results!r} (no folder "
                           f"{os.path.dirname(os.path.abspath(args.results))!r})")
@@ -99,7 +104,8 @@ def run(args) -> int:
     skipped = f" ({total - len(tasks)} already in {args.results})" if total > len(tasks) else ""
     print(f"validating {len(tasks)} task(s) on the {backend} sandbox{skipped}")
     verdicts = validate_tasks(tasks, factory_for, workers=args.workers, on_result=show,
-                              agent_factory_for=lambda task: factory_for(task, agent=True), coverage=args.coverage)
+                              agent_factory_for=lambda task: factory_for(task, agent=True), coverage=args.coverage,
+                              gold_runs=args.gold_runs)
     flaky = sum(len(v.flaky) for v in verdicts)
     print(f"{sum(r['ok'] for r in done.values())}/{len(done)} tasks valid; {flaky} flaky test(s) this run")
     print(twin_share(done.values()))
