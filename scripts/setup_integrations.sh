@@ -31,5 +31,6 @@ PY
 # Keep .venv's torch and transformers: the extras must not replace what the rest of repogym runs on.
 "$MAIN_VENV/bin/python" -m pip freeze | grep -iE '^(torch|transformers|accelerate)==' > "$VENV/constraints.txt"
 # shellcheck disable=SC2086
-pip_quietly "installing $pins" "$VENV/bin/python" install -q -c "$VENV/constraints.txt" $pins
+# --no-compile: bytecode is written on first import, for the modules the tests import (scripts/setup_vllm.sh).
+pip_quietly "installing $pins" "$VENV/bin/python" install -q --no-compile -c "$VENV/constraints.txt" $pins
 "$VENV/bin/python" -c "import openenv, skyrl_gym, verifiers, trl, minisweagent, repogym; print('setup_integrations: ready')"

