@@ -94,6 +94,15 @@ def test_a_test_whose_outcome_changes_between_grades_of_one_patch_is_flaky():
     assert changed_tests(same + [record(a_y="failed")]) == ["a::x"]  # absent from one grade is a change too
 
 
+def test_validation_needs_a_gold_run_and_a_baseline(tiny_task):
+    def no_sandbox():
+        raise AssertionError("refused before any sandbox")
+
+    for runs, gold_runs in ((1, 0), (0, 1)):
+        with pytest.raises(ValueError, match="at least one baseline and one gold run"):
+            validate_task(tiny_task, no_sandbox, runs=runs, gold_runs=gold_runs)
+
+
 def test_a_task_whose_fix_is_in_the_test_framework_is_refused_not_graded(tiny_task):
     # pytest-dev/pytest: the fix is in src/_pytest, which the tamper filter drops from any patch.
     from dataclasses import replace

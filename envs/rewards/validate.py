@@ -106,6 +106,8 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
     ``coverage``: a valid task's suite is run once more under the coverage probe, and its map kept (cached by base).
     ``gold_runs``: the gold patch is graded this many times, each in a fresh sandbox, and a test whose outcome changes
     between them is flaky (a reward that would flip on the same patch)."""
+    if runs < 1 or gold_runs < 1:
+        raise ValueError(f"expected at least one baseline and one gold run, got runs={runs}, gold_runs={gold_runs}")
     start = time.monotonic()
     result = Validation(task.instance_id)
     harness = sorted(p for p in touched_paths(task.patch) if is_shadow_path(p))
