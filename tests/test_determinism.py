@@ -1,10 +1,10 @@
 """Reward determinism: grading the same patch again gives the same record.
 
 For each task the gold patch and the empty patch are graded several times; every grade of one patch must agree
-exactly on the status and on the outcome of every graded test, gold must resolve and empty must not. (On docker,
-every builtin task's gold patch is graded five times by test_builtin_suite's validation sweep, which fails on the
-same disagreements: ``repogym validate --gold-runs 5``.) A disagreement names the task, the patch and the tests whose outcome changed (a flaky
-task, or a grader that is not deterministic), rather than being retried away.
+exactly on the status and on the outcome of every graded test, gold must resolve and empty must not. A disagreement
+names the task, the patch and the tests whose outcome changed (a flaky task, or a grader that is not deterministic),
+rather than being retried away. (On docker, every builtin task's gold patch is graded five times by
+test_builtin_suite's validation sweep, which fails on the same disagreements: ``repogym validate --gold-runs 5``.)
 
 Each grade gets a fresh sandbox, as episodes get them: a warm :class:`SandboxPool` per task (of sandboxes
 health-checked and holding the base, as an env's grading pool keeps them) makes the next one ready while the
@@ -13,7 +13,6 @@ current grade runs, so reuse buys start-up time, never shared state.
 
 from __future__ import annotations
 
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
