@@ -27,6 +27,12 @@ def test_the_local_backend_refuses_a_task_for_another_python():
         sandbox_factory("local", {"python": "3.9"})
 
 
+def test_the_local_backend_refuses_a_task_that_hides_pips_vendored_copy():
+    # A leak the image would remove stays in reach on the local sandbox (the host's /usr): refused, never run.
+    with pytest.raises(ConfigError, match=r"hides pip's vendored \['requests'\].*--sandbox docker"):
+        sandbox_factory("local", {"hide_vendored": ["requests"]})
+
+
 @pytest.mark.docker
 @pytest.mark.slow
 def test_a_python_39_task_runs_and_grades_in_its_own_image(tiny_task):

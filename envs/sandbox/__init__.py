@@ -80,6 +80,11 @@ def sandbox_factory(backend: str, setup: dict | None = None, config: SandboxConf
                           f"(--sandbox docker); the {backend} backend cannot run it")
     _module(backend)
     _check_python(backend, setup or {})
+    if (setup or {}).get("hide_vendored"):
+        # The sandbox sees the host's /usr, whose pip may vendor the same copy: nothing here can take it away.
+        raise ConfigError(f"the task hides pip's vendored {setup['hide_vendored']} (setup.hide_vendored), which only "
+                          f"an image can do: the {backend} sandbox shows the host's own files; use the docker backend "
+                          "(--sandbox docker)")
     if backend == "local":
         from repogym.envs.sandbox.local_env import ensure_local_env
         python_env = ensure_local_env(setup or {})
