@@ -14,8 +14,9 @@ from __future__ import annotations
 import ast
 import configparser
 import tomllib
-from repogym.envs.core import pyast
 from collections.abc import Mapping
+
+from repogym.envs.core import pyast
 
 _LAYOUT_ROOTS = ("src", "lib", "python")
 
