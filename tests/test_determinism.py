@@ -21,6 +21,7 @@ import pytest
 
 from repogym.envs.rewards import EvalRecord, grade
 from repogym.envs.rewards.evaluate import prepared
+from repogym.envs.rewards.validate import changed_tests
 from repogym.envs.core.status import Status
 from repogym.envs.sandbox import SandboxConfig, make_sandbox
 from repogym.envs.sandbox.base import Sandbox
@@ -43,9 +44,7 @@ def disagreements(task: Task, label: str, records: list[EvalRecord], expected: s
     if len(set(statuses)) > 1:
         errors = [r.error for r in records]
         problems.append(f"{task.instance_id} [{label}]: statuses differ across runs: {statuses} (errors: {errors})")
-    changed = {test: [r.tests.get(test, "<absent>") for r in records]
-               for test in sorted(set().union(*(r.tests for r in records)))}
-    changed = {test: outcomes for test, outcomes in changed.items() if len(set(outcomes)) > 1}
+    changed = {test: [r.tests.get(test, "<absent>") for r in records] for test in changed_tests(records)}
     if changed:
         problems.append(f"{task.instance_id} [{label}]: {len(changed)} test outcome(s) differ across runs: {changed}")
     wrong = [(i, r.status, r.error) for i, r in enumerate(records) if r.status != expected]
