@@ -245,13 +245,15 @@ def test_the_client_replaces_a_dead_engine_once_and_turns_a_hang_into_an_error(m
             started.append(actor.remote("replacement"))
             return started[-1]
 
+        # Generous timeouts where an answer is expected: on a loaded 2-core machine a fresh worker process can take
+        # over 20 s to start (a CI run saw it), and that start counts against the first call's timeout.
         first = actor.remote("first")
-        client = RayEngineClient(first, replace=replace, timeout_s=20)
+        client = RayEngineClient(first, replace=replace, timeout_s=180)
         assert client.generate([[1, 2]], SamplingParams())[0].ids == [2] and client.check_health()
         first.die.remote()
         assert client.generate([[1, 2, 3]], SamplingParams())[0].ids == [3]  # retried on the replacement
         assert client.handle is started[0] and len(started) == 1
-        bare = RayEngineClient(actor.remote("bare"), timeout_s=20)
+        bare = RayEngineClient(actor.remote("bare"), timeout_s=180)
         bare.handle.die.remote()
         with pytest.raises(InfraError, match="died"):
             bare.generate([[1]], SamplingParams())
