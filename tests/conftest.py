@@ -34,6 +34,7 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     """Groups for ``pytest -n N --dist loadgroup`` (scripts/test.sh): a file's tests stay on one worker, so its
     module fixtures are built once (but for :data:`SWEEPS`); every Ray test shares one worker, so two Ray clusters
