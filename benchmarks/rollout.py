@@ -13,6 +13,13 @@ Run from the repository root:
 whole builtin suite played by the oracle (gold patch, submit: every episode ends in a real grading) and by the null
 agent (submit at once), ``repogym bench`` at ``--concurrency`` envs on ``--sandbox`` (default: the default backend).
 ``python -m benchmarks.rollout --oracle [--concurrency 2] [--sandbox docker] [--limit N]``.
+
+``--llm``: the same number with a real model: the ``llm`` agent against vLLM's OpenAI server, started here from
+this interpreter (run it with ``.venv-vllm/bin/python``, scripts/setup_vllm.sh) on ``--model`` (default
+SmolLM2-135M-Instruct, the model shipped in a wheel; a name of ``repogym models`` or a folder), on the CPU build
+where there is no GPU; or against a server already running (``--base-url``, ``--model`` its served name). Printed:
+episodes per minute (and per core), turns and tokens per episode, and the server's start apart from the episodes.
+``python -m benchmarks.rollout --llm [--concurrency 2] [--limit 8] [--max-turns 8] [--sandbox local]``.
 """
 
 from __future__ import annotations
@@ -69,17 +76,73 @@ def oracle_throughput(concurrency: int, sandbox: str | None, limit: int | None) 
     return results
 
 
+def llm_throughput(concurrency: int, sandbox: str | None, limit: int | None, max_turns: int, model: str,
+                   base_url: str | None, max_tokens: int) -> dict:
+    """Episodes per minute of the first ``limit`` builtin tasks played by the ``llm`` agent on a real model served
+    by vLLM (started here unless ``base_url`` names a server)."""
+    import contextlib
+    import os
+    import time
+
+    from repogym.bench.runner import BenchConfig, run_bench
+
+    cores = len(os.sched_getaffinity(0))
+    with tempfile.TemporaryDirectory(prefix="repogym-rollout-") as tmp, contextlib.ExitStack() as stack:
+        start_s = 0.0
+        if base_url is None:
+            from repogym.agents.models import resolve_model
+            from repogym.trainer.inference.vllm_server import VLLMServer
+
+            model = resolve_model(model)
+            started = time.monotonic()
+            print(f"starting vLLM's server on {model} (a minute or more on CPU) ...", file=sys.stderr)
+            server = stack.enter_context(VLLMServer(model, Path(tmp) / "server.log")).ready()
+            start_s, base_url = time.monotonic() - started, server.base_url
+        config = BenchConfig(agent="llm", db=Path(tmp) / "bench.db", concurrency=concurrency, sandbox=sandbox,
+                             limit=limit, max_turns=max_turns, progress=False,
+                             agent_options={"base_url": base_url, "model": model, "temperature": 1.0,
+                                            "max_tokens": max_tokens})
+        started = time.monotonic()
+        report = run_bench(config)
+        seconds = time.monotonic() - started
+    summary = report.summaries[0]
+    return {"model": model, "episodes": report.written, "seconds": seconds, "server_start_s": start_s,
+            "episodes_per_min": 60 * report.written / seconds,
+            "episodes_per_min_per_core": 60 * report.written / seconds / cores, "cores": cores,
+            "resolved_rate": summary.resolved_rate, "mean_turns": summary.mean_turns,
+            "mean_tokens": summary.mean_tokens, "infra_errors": summary.infra_errors}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2, help="N, the larger fleet (default 2)")
     parser.add_argument("--steps", type=int, default=3, help="RL steps per setting (default 3)")
     parser.add_argument("--tasks-per-step", type=int, default=2)
     parser.add_argument("--oracle", action="store_true", help="episodes/min of the builtin suite: oracle and null")
-    parser.add_argument("--concurrency", type=int, default=2, help="--oracle: envs at once (default 2)")
-    parser.add_argument("--sandbox", default=None, help="--oracle: the backend (default: the default one)")
-    parser.add_argument("--limit", type=int, default=None, help="--oracle: the first N tasks only")
+    parser.add_argument("--llm", action="store_true", help="episodes/min of the llm agent on a real model (vLLM)")
+    parser.add_argument("--concurrency", type=int, default=2, help="--oracle, --llm: envs at once (default 2)")
+    parser.add_argument("--sandbox", default=None, help="--oracle, --llm: the backend (default: the default one)")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="--oracle, --llm: the first N tasks only (--llm default 8)")
+    parser.add_argument("--model", default="smollm2-135m-instruct",
+                        help="--llm: a model name of `repogym models` or a folder; with --base-url, the served name")
+    parser.add_argument("--base-url", default=None, help="--llm: an OpenAI-compatible server's /v1 root to use")
+    parser.add_argument("--max-turns", type=int, default=8, help="--llm: turns per episode (default 8)")
+    parser.add_argument("--max-tokens", type=int, default=256, help="--llm: tokens per turn (default 256)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
+    if args.llm:
+        r = llm_throughput(args.concurrency, args.sandbox, args.limit or 8, args.max_turns, args.model,
+                           args.base_url, args.max_tokens)
+        if args.json:
+            print(json.dumps(r, indent=2))
+            return 0
+        print(f"llm agent on {r['model']}: {r['episodes']} episodes of the builtin suite, {args.concurrency} envs, "
+              f"{r['cores']} cores (server start {r['server_start_s']:.0f} s, not counted)")
+        print(f"{r['episodes_per_min']:.2f} episodes/min ({r['episodes_per_min_per_core']:.2f} per core), "
+              f"{r['mean_turns']:.1f} turns and {r['mean_tokens']:.0f} tokens per episode, resolved "
+              f"{r['resolved_rate']:.0%}, {r['infra_errors']} infra errors")
+        return 0
     if args.oracle:
         results = oracle_throughput(args.concurrency, args.sandbox, args.limit)
         if args.json:

@@ -22,13 +22,8 @@ machine (:mod:`repogym.agents.models`). About 3-4 minutes on 2 busy cores, both 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -36,8 +31,9 @@ pytest.importorskip("vllm")
 
 from repogym.agents.hf import DEFAULT_SYSTEM_PROMPT, ChatFormat, HFAgent, HFAgentConfig  # noqa: E402
 from repogym.agents.policy import SamplingParams  # noqa: E402
+from repogym.envs.core.errors import InfraError  # noqa: E402
 from repogym.envs.tools import tools_schema  # noqa: E402
-from repogym.trainer.inference.weight_sync import free_port  # noqa: E402
+from repogym.trainer.inference.vllm_server import VLLMServer  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 TASK = "repogym__tablekit-center-odd-padding"
@@ -73,37 +69,15 @@ def task() -> dict:
     return {"observation": obs, "tools": info["tools"], "viewed": viewed}
 
 
-class Server:
-    """vLLM's OpenAI server in a process of its own; :meth:`ready` waits for it (it starts while other fixtures do)."""
+class Server(VLLMServer):
+    """vLLM's OpenAI server (:class:`VLLMServer`) with the requests these tests make; :meth:`ready` waits for it (it
+    starts while other fixtures do)."""
 
-    def __init__(self, model_dir: str, log: Path):
-        self.model = model_dir  # the name it serves the model under
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1",
-               "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
-        # `vllm serve` fails on the CPU package (its CLI looks up a distribution named vllm): the module runs.
-        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-                   "--host", "127.0.0.1", "--port", str(self.port), "--dtype", "float32", "--enforce-eager",
-                   "--max-model-len", str(MAX_MODEL_LEN), "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
-        with open(log, "wb") as out:
-            self.process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
-        self._ready = False
-
-    def ready(self) -> "Server":
-        deadline = time.monotonic() + SERVER_START_S
-        while not self._ready:
-            if self.process.poll() is not None:
-                pytest.fail(f"vLLM's server exited ({self.process.returncode}):\n{self._tail()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM's server did not answer /health in {SERVER_START_S} s:\n{self._tail()}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2):
-                    self._ready = True
-            except (urllib.error.URLError, OSError):
-                time.sleep(2)
-        return self
+    def ready(self, timeout_s: float = SERVER_START_S) -> "Server":
+        try:
+            return super().ready(timeout_s)
+        except InfraError as exc:
+            pytest.fail(str(exc))
 
     def post(self, path: str, body: dict) -> dict:
         request = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
@@ -120,21 +94,10 @@ class Server:
         assert out["count"] == len(out["tokens"])
         return out["tokens"]
 
-    def close(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
-
-    def _tail(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
-
 
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
-    started = Server(model_dir, tmp_path_factory.mktemp("vllm-server") / "server.log")
+    started = Server(model_dir, tmp_path_factory.mktemp("vllm-server") / "server.log", max_model_len=MAX_MODEL_LEN)
     yield started
     started.close()
 

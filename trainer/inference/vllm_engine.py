@@ -45,8 +45,9 @@ from repogym.agents.policy import Completion, SamplingParams
 from repogym.envs.core.ticker import ticking
 
 WORKER_EXTENSION = "repogym.trainer.inference.vllm_worker.WeightSyncExtension"
-_OFFLINE_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
-_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1"}
+# Defaults for a vLLM process (a variable already set wins): no usage stats, no hub; on CPU, the build's needs.
+OFFLINE_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
+CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1"}
 logger = logging.getLogger(__name__)
 
 
@@ -97,16 +98,16 @@ class VLLMEngineConfig:
 def _set_default_env(eager_only: bool) -> None:
     import torch
 
-    cpu_env = {} if torch.cuda.is_available() else dict(_CPU_ENV)
+    cpu_env = {} if torch.cuda.is_available() else dict(CPU_ENV)
     if eager_only:
         logger.warning("torch lies under a path with a space, where its CPU kernels cannot be compiled: "
                        "vLLM runs eagerly (enforce_eager, TORCHDYNAMO_DISABLE=1)")
         cpu_env["TORCHDYNAMO_DISABLE"] = "1"
-    for key, value in {**_OFFLINE_ENV, **cpu_env}.items():
+    for key, value in {**OFFLINE_ENV, **cpu_env}.items():
         os.environ.setdefault(key, value)
 
 
-def _cannot_compile_cpu_kernels() -> bool:
+def cannot_compile_cpu_kernels() -> bool:
     """On CPU, whether torch's C++ builder will fail: it hands the linker torch's and Python's folders unquoted."""
     import torch
 
@@ -124,7 +125,7 @@ class VLLMEngine:
     """vLLM's async engine serving token-id prompts, with per-request seeds and in-place weight updates."""
 
     def __init__(self, config: VLLMEngineConfig, llm=None):
-        eager_only = _cannot_compile_cpu_kernels()
+        eager_only = cannot_compile_cpu_kernels()
         _set_default_env(eager_only)
         if eager_only:
             config = dataclasses.replace(config, enforce_eager=True)
