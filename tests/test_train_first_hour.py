@@ -206,9 +206,22 @@ def test_the_first_interrupt_says_what_it_stops_and_keeps_and_a_second_exits_at_
 
 # -- the real thing, in a subprocess: progress, Ctrl-C, resume ---------------------------------------------
 def _start(config: Path, run_dir: Path, log: Path, *overrides: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}  # SIGABRT dumps every thread's stack
     return subprocess.Popen([sys.executable, "-m", "repogym.cli", "train", "--config", str(config), "--run-dir",
                              str(run_dir), *overrides], stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+
+
+def _exit_status(proc: subprocess.Popen, log: Path, timeout: float = 120) -> int:
+    """``proc``'s exit status; one that has not exited in ``timeout`` s fails the test with every thread's stack."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # faulthandler (PYTHONFAULTHANDLER) writes the stacks into the log
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        pytest.fail(f"the run did not exit {timeout:g} s after Ctrl-C; its output:\n{log.read_text()[-12000:]}")
 
 
 def _wait_for(condition, what: str, proc: subprocess.Popen, log: Path, timeout: float = 240) -> None:
@@ -235,7 +248,7 @@ def test_ctrl_c_keeps_the_last_finished_step_and_says_how_to_resume(tmp_path):
     _wait_for(lambda: [s for s in _steps(run_dir) if s >= 1], "a finished step", proc, log)
     proc.send_signal(signal.SIGINT)
     sent = time.monotonic()
-    assert proc.wait(timeout=120) == 130
+    assert _exit_status(proc, log) == 130
     out = log.read_text()
     assert time.monotonic() - sent < 60, out
     # Every long phase drew its bar; the interrupt said at once what it does, then what it kept and how to resume.
@@ -256,7 +269,7 @@ def test_ctrl_c_keeps_the_last_finished_step_and_says_how_to_resume(tmp_path):
     proc = _start(config, run_dir, log)
     _wait_for(lambda: last + 1 in _steps(run_dir), "the resumed run's next step", proc, log)
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=120) == 130
+    assert _exit_status(proc, log) == 130
     out = log.read_text()
     assert f"resuming {run_dir} from {kept.name}" in out and "sft: training" not in out
     steps = _steps(run_dir)
