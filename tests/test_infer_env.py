@@ -403,6 +403,46 @@ def test_the_import_command_infers_with_environments_infer(tmp_path, monkeypatch
     assert record["setup_inferred"]["install"] == "pip install -e . (pyproject.toml)"
 
 
+def _pylint_pyproject(astroid: str) -> str:
+    return ('[build-system]\nrequires = ["setuptools>=62"]\nbuild-backend = "setuptools.build_meta"\n\n'
+            f'[project]\nname = "pylint"\nversion = "2.15.0-dev0"\nrequires-python = ">=3.7.2"\n'
+            f'dependencies = ["astroid{astroid}", "dill>=0.2", "colorama>=0.4.5; sys_platform == \'win32\'"]\n')
+
+
+def test_a_table_pin_the_commit_refuses_gives_way_to_inference_and_says_why(tmp_path, monkeypatch):
+    """pylint's "2.15" rows span commits needing astroid 2.11 and 2.12: the table's one pin (astroid 2.11.7) is
+    kept where the commit accepts it and replaced by the inferred environment where it does not (the install step
+    runs without dependencies, so the wrong astroid would stay and pylint would not import)."""
+    mirror = tmp_path / "mirrors" / "pylint-dev__pylint"
+    old = commit_repo(mirror, {"pyproject.toml": _pylint_pyproject(">=2.11.6,<=2.12.0-dev0")}, "2022-06-28T12:00:00+00:00")
+    (mirror / "pyproject.toml").write_text(_pylint_pyproject(">=2.12.2,<=2.14.0-dev0"))
+    subprocess.run(["git", "-C", str(mirror), "commit", "-qam", "astroid 2.12"], check=True, capture_output=True,
+                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t", "GIT_AUTHOR_DATE": "2022-08-08T12:00:00+00:00",
+                        "GIT_COMMITTER_DATE": "2022-08-08T12:00:00+00:00", "PATH": "/usr/bin:/bin"})
+    new = subprocess.run(["git", "-C", str(mirror), "rev-parse", "HEAD"], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    monkeypatch.setenv("REPOGYM_MIRRORS", str(tmp_path / "mirrors"))
+    monkeypatch.setenv("REPOGYM_CACHE", str(tmp_path / "cache"))
+    index = FakeIndex(release("pytest", "7.1.2", "2022-04-23"), release("setuptools", "64.0.0", "2022-08-04"),
+                      release("wheel", "0.37.1", "2021-12-22"), release("astroid", "2.11.7", "2022-07-09"),
+                      release("astroid", "2.12.2", "2022-07-12"), release("dill", "0.3.5.1", "2022-05-19"))
+    monkeypatch.setattr("repogym.envs.tasks.pypi.http_fetch", index)
+    row = {"instance_id": "pylint-dev__pylint-1", "repo": "pylint-dev/pylint", "problem_statement": "fix it",
+           "patch": "", "version": "2.15", "FAIL_TO_PASS": '["tests/test_self.py::test_x"]', "PASS_TO_PASS": "[]"}
+
+    kept = convert_row({**row, "base_commit": old})
+    assert "astroid==2.11.7" in kept.setup["pip"] and "setup_inferred" not in kept.extra
+
+    moved = convert_row({**row, "base_commit": new})
+    assert "astroid==2.12.2" in moved.setup["pip"] and "astroid==2.11.7" not in moved.setup["pip"]
+    assert moved.extra["setup_inferred"]["table_refused"] == [
+        "astroid==2.11.7 against pyproject.toml [project] dependencies: astroid>=2.12.2,<=2.14.0-dev0"]
+    # Without a mirror nothing is read: the table's entry stands.
+    monkeypatch.delenv("REPOGYM_MIRRORS")
+    assert "astroid==2.11.7" in convert_row({**row, "base_commit": new}).setup["pip"]
+
+
 # -- end to end: a row with no table entry, inferred against the real PyPI, validated on docker ---------------
 
 CALC = "def clamp(x, low, high):\n    return max(low, min(x, high))\n"

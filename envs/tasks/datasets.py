@@ -55,7 +55,7 @@ from typing import Any, Callable, Iterator
 
 from repogym.envs.core.errors import ConfigError, InfraError, TaskFileError
 from repogym.envs.core.paths import cache_dir
-from repogym.envs.tasks.infer_env import Inference, infer_for_repo
+from repogym.envs.tasks.infer_env import Inference, files_from_git, infer_for_repo, pin_conflicts
 from repogym.envs.tasks.patches import new_files_patch, reverse_patch
 from repogym.envs.tasks.pypi import PyPI
 from repogym.envs.tasks.repos import find_mirror
@@ -256,8 +256,15 @@ def _swe_bench(row: dict[str, Any], kind: str, fail: Callable[[str, str], TaskFi
     known = swebench_setup(repo, str(row.get("version") or "")) if environments == "builtin" else None
     kept = {"dataset_image": image} if image else {}
     if known is not None:
+        conflicts = _table_conflicts(repo, row.get("base_commit"), known)
+        if conflicts:  # the table's entry for this release line is wrong at this commit: inferred instead
+            inferred = _infer(repo, row["base_commit"], must=False)
+            if isinstance(inferred, Inference):
+                return {**row, "setup": inferred.setup, "test_command": inferred.test_command,
+                        "setup_inferred": {**inferred.provenance, "table_refused": conflicts}, "dataset": kind, **kept}
         test_command = known.pop("test_command")
-        return {**row, "setup": known, "test_command": test_command, "dataset": kind, **kept}
+        noted = {"setup_table_conflicts": conflicts} if conflicts else {}
+        return {**row, "setup": known, "test_command": test_command, "dataset": kind, **kept, **noted}
     if environments != "images" and isinstance(row.get("base_commit"), str) and row["base_commit"].strip():
         inferred = _infer(repo, row["base_commit"], must=environments == "infer")
         if isinstance(inferred, Inference):
@@ -266,6 +273,23 @@ def _swe_bench(row: dict[str, Any], kind: str, fail: Callable[[str, str], TaskFi
         if inferred:
             return {**row, "setup": _setup(repo, image), "dataset": kind, "setup_inferred": {"failed": inferred}}
     return {**row, "setup": _setup(repo, image), "dataset": kind}
+
+
+def _table_conflicts(repo: str, commit: Any, setup: dict[str, Any]) -> list[str]:
+    """The table's pins that ``repo``'s own install requirements at ``commit`` refuse, read from its mirror (none
+    without a mirror: nothing is cloned to check a table entry)."""
+    if not isinstance(commit, str) or not commit.strip():
+        return []
+    try:
+        mirror = find_mirror(repo)
+    except ConfigError:  # REPOGYM_MIRRORS names no folder: _infer says so for the rows that need it
+        return []
+    if mirror is None:
+        return []
+    try:
+        return pin_conflicts(files_from_git(mirror, commit), setup)
+    except InfraError:  # the commit is not in the mirror: the import's mirror check reports it
+        return []
 
 
 def _infer(repo: str, commit: str, *, must: bool) -> Inference | str:

@@ -597,6 +597,35 @@ def infer(project: ProjectFiles, *, pypi: PyPI | None = None) -> Inference:
     return Inference(setup=setup, test_command=PYTEST, provenance=provenance)
 
 
+# Where a project declares what `pip install -e .` itself requires (not its test or extra requirements).
+_INSTALL_REQUIREMENTS = ("pyproject.toml [project] dependencies", "pyproject.toml tool.poetry.dependencies",
+                         "setup.cfg install_requires", "setup.py install_requires")
+
+
+def pin_conflicts(project: ProjectFiles, setup: dict[str, Any]) -> list[str]:
+    """Each ``name==version`` of ``setup.pip`` that the project's own install requirements at the commit refuse
+    (under ``setup.python``), as ``"astroid==2.11.7 against pyproject.toml [project] dependencies: astroid>=2.12.2"``.
+    A table entry keyed by a release line can be wrong for some commits of that line; the install step runs
+    without dependencies, so such a pin would hold and the project would not import."""
+    python = str(setup.get("python") or "3.11")
+    pins = {}
+    for pin in setup.get("pip") or []:
+        req = parse_requirement(str(pin))
+        if req is not None and len(req.specifier) == 1 and next(iter(req.specifier)).operator == "==":
+            pins[canonicalize_name(req.name)] = (str(pin), next(iter(req.specifier)).version)
+    conflicts = []
+    for text, where in read_project(project).requirements:
+        req = parse_requirement(text)
+        if req is None or where not in _INSTALL_REQUIREMENTS or canonicalize_name(req.name) not in pins:
+            continue
+        if req.marker is not None and not req.marker.evaluate({"python_version": python, "extra": ""}):
+            continue
+        pin, version = pins[canonicalize_name(req.name)]
+        if not req.specifier.contains(version, prereleases=True):
+            conflicts.append(f"{pin} against {where}: {text}")
+    return conflicts
+
+
 def infer_for_repo(repo: str, commit: str, *, pypi: PyPI | None = None) -> Inference:
     """The environment of GitHub repository ``repo`` (``owner/name``) at ``commit``, read from where the task's
     repository comes from (``REPOGYM_MIRRORS``, else a clone in the cache: :mod:`repogym.envs.tasks.repos`).
