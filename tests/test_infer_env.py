@@ -436,6 +436,7 @@ def test_a_table_pin_the_commit_refuses_gives_way_to_inference_and_says_why(tmp_
 
     moved = convert_row({**row, "base_commit": new})
     assert "astroid==2.12.2" in moved.setup["pip"] and "astroid==2.11.7" not in moved.setup["pip"]
+    assert moved.setup["cpus"] == 2 == kept.setup["cpus"]  # what the entry says besides dependencies stays
     assert moved.extra["setup_inferred"]["table_refused"] == [
         "astroid==2.11.7 against pyproject.toml [project] dependencies: astroid>=2.12.2,<=2.14.0-dev0"]
     # Without a mirror nothing is read: the table's entry stands.

@@ -257,12 +257,13 @@ def _swe_bench(row: dict[str, Any], kind: str, fail: Callable[[str, str], TaskFi
     kept = {"dataset_image": image} if image else {}
     if known is not None:
         conflicts = _table_conflicts(repo, row.get("base_commit"), known)
-        if conflicts:  # the table's entry for this release line is wrong at this commit: inferred instead
+        test_command = known.pop("test_command")
+        if conflicts:  # the entry's dependencies are wrong at this commit: inferred ones instead; the rest is kept
             inferred = _infer(repo, row["base_commit"], must=False)
             if isinstance(inferred, Inference):
-                return {**row, "setup": inferred.setup, "test_command": inferred.test_command,
+                rest = {k: v for k, v in known.items() if k not in _DEPENDENCY_KEYS}  # e.g. cpus, runner
+                return {**row, "setup": {**rest, **inferred.setup}, "test_command": test_command,
                         "setup_inferred": {**inferred.provenance, "table_refused": conflicts}, "dataset": kind, **kept}
-        test_command = known.pop("test_command")
         noted = {"setup_table_conflicts": conflicts} if conflicts else {}
         return {**row, "setup": known, "test_command": test_command, "dataset": kind, **kept, **noted}
     if environments != "images" and isinstance(row.get("base_commit"), str) and row["base_commit"].strip():
@@ -273,6 +274,10 @@ def _swe_bench(row: dict[str, Any], kind: str, fail: Callable[[str, str], TaskFi
         if inferred:
             return {**row, "setup": _setup(repo, image), "dataset": kind, "setup_inferred": {"failed": inferred}}
     return {**row, "setup": _setup(repo, image), "dataset": kind}
+
+
+# What a table entry says about dependencies (what inference replaces when the commit refuses the entry's pins).
+_DEPENDENCY_KEYS = ("python", "pip", "pre_install", "install", "toolchain")
 
 
 def _table_conflicts(repo: str, commit: Any, setup: dict[str, Any]) -> list[str]:
