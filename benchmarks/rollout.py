@@ -30,6 +30,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from repogym.trainer.config import load_config
 from repogym.trainer.train import Trainer
@@ -53,26 +54,33 @@ def summarise(steps: list[dict]) -> dict:
             "staleness_mean": statistics.fmean(m.get("rollout/staleness_mean", 0.0) for m in steps)}
 
 
-def oracle_throughput(concurrency: int, sandbox: str | None, limit: int | None) -> dict[str, dict]:
-    """Episodes per minute (and per minute per core) of the builtin suite under the oracle and the null agent."""
+def timed_bench(config) -> tuple[Any, dict]:
+    """Run ``config`` (a :class:`~repogym.bench.runner.BenchConfig`); its summary, and its episodes, seconds and
+    episodes per minute (and per minute per core)."""
     import os
     import time
 
-    from repogym.bench.runner import BenchConfig, run_bench
+    from repogym.bench.runner import run_bench
 
     cores = len(os.sched_getaffinity(0))
+    start = time.monotonic()
+    report = run_bench(config)
+    seconds = time.monotonic() - start
+    return report.summaries[0], {"episodes": report.written, "seconds": seconds,
+                                 "episodes_per_min": 60 * report.written / seconds,
+                                 "episodes_per_min_per_core": 60 * report.written / seconds / cores, "cores": cores}
+
+
+def oracle_throughput(concurrency: int, sandbox: str | None, limit: int | None) -> dict[str, dict]:
+    """Episodes per minute (and per minute per core) of the builtin suite under the oracle and the null agent."""
+    from repogym.bench.runner import BenchConfig
+
     results = {}
     with tempfile.TemporaryDirectory(prefix="repogym-rollout-") as tmp:
         for agent in ("oracle", "null"):
-            config = BenchConfig(agent=agent, db=Path(tmp) / "bench.db", concurrency=concurrency, sandbox=sandbox,
-                                 limit=limit, progress=False)
-            start = time.monotonic()
-            report = run_bench(config)
-            seconds = time.monotonic() - start
-            summary = report.summaries[0]
-            results[agent] = {"episodes": report.written, "seconds": seconds, "resolved_rate": summary.resolved_rate,
-                              "episodes_per_min": 60 * report.written / seconds,
-                              "episodes_per_min_per_core": 60 * report.written / seconds / cores, "cores": cores}
+            summary, rates = timed_bench(BenchConfig(agent=agent, db=Path(tmp) / "bench.db", concurrency=concurrency,
+                                                     sandbox=sandbox, limit=limit, progress=False))
+            results[agent] = {**rates, "resolved_rate": summary.resolved_rate}
     return results
 
 
@@ -81,12 +89,10 @@ def llm_throughput(concurrency: int, sandbox: str | None, limit: int | None, max
     """Episodes per minute of the first ``limit`` builtin tasks played by the ``llm`` agent on a real model served
     by vLLM (started here unless ``base_url`` names a server)."""
     import contextlib
-    import os
     import time
 
-    from repogym.bench.runner import BenchConfig, run_bench
+    from repogym.bench.runner import BenchConfig
 
-    cores = len(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory(prefix="repogym-rollout-") as tmp, contextlib.ExitStack() as stack:
         start_s = 0.0
         if base_url is None:
@@ -98,19 +104,13 @@ def llm_throughput(concurrency: int, sandbox: str | None, limit: int | None, max
             print(f"starting vLLM's server on {model} (a minute or more on CPU) ...", file=sys.stderr)
             server = stack.enter_context(VLLMServer(model, Path(tmp) / "server.log")).ready()
             start_s, base_url = time.monotonic() - started, server.base_url
-        config = BenchConfig(agent="llm", db=Path(tmp) / "bench.db", concurrency=concurrency, sandbox=sandbox,
-                             limit=limit, max_turns=max_turns, progress=False,
-                             agent_options={"base_url": base_url, "model": model, "temperature": 1.0,
-                                            "max_tokens": max_tokens})
-        started = time.monotonic()
-        report = run_bench(config)
-        seconds = time.monotonic() - started
-    summary = report.summaries[0]
-    return {"model": model, "episodes": report.written, "seconds": seconds, "server_start_s": start_s,
-            "episodes_per_min": 60 * report.written / seconds,
-            "episodes_per_min_per_core": 60 * report.written / seconds / cores, "cores": cores,
-            "resolved_rate": summary.resolved_rate, "mean_turns": summary.mean_turns,
-            "mean_tokens": summary.mean_tokens, "infra_errors": summary.infra_errors}
+        summary, rates = timed_bench(BenchConfig(
+            agent="llm", db=Path(tmp) / "bench.db", concurrency=concurrency, sandbox=sandbox, limit=limit,
+            max_turns=max_turns, progress=False,
+            agent_options={"base_url": base_url, "model": model, "temperature": 1.0, "max_tokens": max_tokens}))
+    return {"model": model, **rates, "server_start_s": start_s, "resolved_rate": summary.resolved_rate,
+            "mean_turns": summary.mean_turns, "mean_tokens": summary.mean_tokens,
+            "infra_errors": summary.infra_errors}
 
 
 def main(argv: list[str] | None = None) -> int:
