@@ -33,6 +33,38 @@ def test_images_build_checks_its_python_and_toolchain_before_building(capsys):
     assert "invalid choice: 'gcc'" in capsys.readouterr().err
 
 
+def test_the_toolchain_is_an_apt_layer_over_the_plain_base_and_is_debootstrapped_whole_when_apt_fails(monkeypatch):
+    from repogym.envs.core.errors import SandboxError
+    from repogym.envs.sandbox import images
+    present, built, debootstrapped, logs = {"repogym/base:bullseye"}, [], [], []
+    monkeypatch.setattr(images, "docker_client", lambda: None)
+    monkeypatch.setattr(images, "base_image_exists",
+                        lambda client, python, toolchain=None: base_image_name(python, toolchain) in present)
+    monkeypatch.setattr(images, "_try_pull", lambda *args: False)
+    monkeypatch.setattr(images, "_debootstrap_import",
+                        lambda client, log, python, toolchain=None: debootstrapped.append((python, toolchain)) or "whole")
+
+    def build(client, dockerfile, files, tag, *, network, log=None):
+        built.append((dockerfile, tag, network))
+        if "apt-get" in dockerfile and failing:
+            raise SandboxError("sandbox.images", f"building {tag} failed: E: Unable to locate package gfortran")
+    monkeypatch.setattr(images, "_build", build)
+
+    failing = False
+    assert images.build_base_image(python="3.9", toolchain="build", log=logs.append) == "repogym/base:bullseye-build"
+    [(dockerfile, tag, network)] = built
+    assert dockerfile.startswith("FROM repogym/base:bullseye\nRUN apt-get update")
+    assert all(package in dockerfile for package in BUILD_PACKAGES) and network and not debootstrapped
+    failing = True
+    assert images.build_base_image(python="3.9", toolchain="build", log=logs.append) == "whole"
+    assert debootstrapped == [("3.9", "build")]
+    assert "Unable to locate package gfortran); debootstrapping it whole" in logs[-1]
+    present.clear()  # no plain base: it is made first (debootstrapped), then the layer goes over it
+    failing, built[:], debootstrapped[:] = False, [], []
+    images.build_base_image(python="3.9", toolchain="build", log=logs.append)
+    assert debootstrapped == [("3.9", None)] and built[0][0].startswith("FROM whole\n")
+
+
 def test_hide_vendored_is_checked_and_compiles_after_the_installs():
     assert hidden_vendored({"hide_vendored": ["six", "requests", "six"]}) == ["requests", "six"]
     for bad in ("requests", ["../etc"], [3]):

@@ -8,11 +8,11 @@ import``. Environment image: the base plus a non-root ``agent`` user, ``/repo``,
 wheelhouse that ``pip download`` fills on the host for that Python and that installs with ``--no-index``
 inside (containers have no network).
 
-Build toolchain (``setup.toolchain: "build"``): the base image is a variant, ``repogym/base:<release>-build``,
-debootstrapped the same way with :data:`BUILD_PACKAGES` added (gcc, g++, gfortran, make, the image's Python
-headers, pkg-config and the ``-dev`` headers scientific builds link: freetype, libpng, OpenBLAS/LAPACK, zlib), so a
-project with C, C++, Fortran or Cython extensions builds in place (its Cython and numpy come as wheels from
-``setup.pip``). Without the key, images carry no compiler.
+Build toolchain (``setup.toolchain: "build"``): the base image is a variant, ``repogym/base:<release>-build``: the
+plain base with :data:`BUILD_PACKAGES` installed over it by apt (gcc, g++, gfortran, make, the image's Python
+headers, pkg-config and the ``-dev`` headers scientific builds link: freetype, libpng, OpenBLAS/LAPACK, zlib), or
+debootstrapped whole with them where Debian's archive does not answer a build. A project with C, C++, Fortran or
+Cython extensions builds in place (its Cython and numpy come as wheels from ``setup.pip``). Without the key, images carry no compiler.
 
 Vendored copies (``setup.hide_vendored``: package names, e.g. ``["requests"]``): pip carries copies of
 projects (``pip/_vendor/requests``); a task on such a project would find a later version of it, the fix often
@@ -125,7 +125,28 @@ def build_base_image(*, force: bool = False, pull: bool = True, log: Callable[[s
         return name
     if pull and _try_pull(client, log, python, toolchain):
         return name
+    if toolchain:
+        return _toolchain_layer(client, log, python, toolchain, pull=pull)
     return _debootstrap_import(client, log, python, toolchain)
+
+
+def _toolchain_layer(client, log, python: str, toolchain: str, *, pull: bool) -> str:
+    """The toolchain's packages as one apt layer over the plain base (seconds where the plain base exists, against
+    minutes for a second debootstrap); a whole debootstrap with them where Debian's archive does not answer the
+    build."""
+    plain = build_base_image(pull=pull, log=log, python=python)
+    name = base_image_name(python, toolchain)
+    dockerfile = (f"FROM {plain}\nRUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+                  f"--no-install-recommends {' '.join(TOOLCHAINS[toolchain])} "
+                  "&& rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb\n")
+    try:
+        _build(client, dockerfile, {}, name, network=True, log=log)
+    except SandboxError as exc:
+        log(f"installing the {toolchain} toolchain over {plain} failed ({exc.message.splitlines()[-1][:160]}); "
+            "debootstrapping it whole")
+        return _debootstrap_import(client, log, python, toolchain)
+    log(f"built {name} over {plain}")
+    return name
 
 
 def _try_pull(client, log, python: str, toolchain: str | None = None) -> bool:
