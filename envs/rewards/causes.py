@@ -26,7 +26,7 @@ import uuid
 from typing import Callable
 
 from repogym.envs.sandbox.base import Sandbox
-from repogym.envs.sandbox.testrun import runner_name
+from repogym.envs.sandbox.testrun import environment_plugin_args, runner_name
 from repogym.envs.tasks.repos import snapshot
 from repogym.envs.tasks.schema import Task
 
@@ -112,11 +112,11 @@ def diagnose(task: Task, tests: list[str], make_sandbox: Callable[[], Sandbox], 
                 path = f".repogym-diagnose-{name}-{uuid.uuid4().hex[:8]}.patch"
                 sandbox.write_file(path, text.encode())
                 sandbox.run(f"git apply --whitespace=nowarn {path}; rm -f {path}", timeout=120)
-        # As grading runs pytest (envs/sandbox/testrun.py): no plugin of the environment loads by itself, so a test
-        # that needs one fails here as it does there. Wide columns: pytest cuts summary lines at the terminal's
+        # As grading runs pytest (envs/sandbox/testrun.py): no plugin loads by itself; those the environment
+        # installed are named, so a test that needs another fails here as it does there. Wide columns: pytest cuts summary lines at the terminal's
         # width. A file that does not import must not keep the others from running.
         command = (f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTEST_ADDOPTS= PYTEST_PLUGINS= COLUMNS=400 {task.test_command} "
-                   "--tb=long -rfE --maxfail=0 --continue-on-collection-errors "
+                   f"{environment_plugin_args()} --tb=long -rfE --maxfail=0 --continue-on-collection-errors "
                    + " ".join(shlex.quote(t) for t in tests))
         done = sandbox.run(command, timeout=timeout, output_limit=8 << 20)
     finally:

@@ -28,7 +28,7 @@ from repogym.envs.analysis.coverage import PROBE, CoverageMap, cache_folder, cac
 from repogym.envs.core.errors import ConfigError
 from repogym.envs.rewards.facts import base_index
 from repogym.envs.sandbox.base import Sandbox
-from repogym.envs.sandbox.testrun import launch_command, runner_name
+from repogym.envs.sandbox.testrun import environment_plugin_args, launch_command, runner_name
 from repogym.envs.tasks.repos import snapshot
 from repogym.envs.tasks.schema import Task
 
@@ -47,6 +47,7 @@ def _command(test_command: str, folder: str, plugin: str | None) -> str:
     ``PYTHONPATH=`` assignment kept behind it) and the probe loaded with ``-p`` when ``plugin`` is given."""
     assignments, python, mode, rest = launch_command(test_command)
     interpreter = python if mode == "--module" else "python"
+    rest += " " + environment_plugin_args(interpreter)
     if plugin is None:
         return f"{assignments}{interpreter} -m pytest {rest} -p no:cacheprovider"
     if re.search(r"(^|\s)PYTHONPATH=", assignments):

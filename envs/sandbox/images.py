@@ -46,7 +46,8 @@ from repogym.envs.core.errors import ConfigError, SandboxError
 from repogym.envs.core.ticker import ticking, to_stderr
 from repogym.envs.sandbox.base import INSIDE_DIR, REPO_DIR
 from repogym.envs.sandbox.docker_client import docker_client
-from repogym.envs.sandbox.install import INSTALL_HOOK_NAME, environment_requirements, install_hook, install_steps
+from repogym.envs.sandbox.install import (INSTALL_HOOK_NAME, LIST_PLUGINS, environment_requirements, install_hook,
+                                          install_steps)
 from repogym.envs.sandbox.wheelhouse import download_wheels
 
 DEFAULT_PYTHON = "3.11"
@@ -263,6 +264,8 @@ def env_dockerfile(setup: dict[str, Any]) -> str:
     if hidden:  # after the installs: they need pip whole. In base64: a Dockerfile instruction is one line.
         script = base64.b64encode(_HIDE_VENDORED.encode()).decode()
         lines += [f"RUN python3 -c \"import base64; exec(base64.b64decode('{script}'))\" " + " ".join(hidden)]
+    if requirements:  # the pytest plugins they brought, for the launcher to name (plugin autoload is off)
+        lines += ["RUN python3 -I -c " + shlex.quote(LIST_PLUGINS)]
     if install_steps(setup):
         hook = install_hook(REPO_DIR)
         lines += ["RUN python3 -c " + shlex.quote(f"import os, site; d = site.getsitepackages()[0]; "

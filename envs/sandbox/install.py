@@ -30,6 +30,22 @@ def install_hook(repo_dir: str = "/repo") -> str:
     return f"import sys, site; sys.flags.isolated or site.addsitedir({repo_dir + '/' + INSTALL_DIR!r})\n"
 
 
+PLUGIN_LIST = "share/repogym/pytest-plugins"
+"""Where an environment with ``setup.pip`` packages lists the pytest plugins they brought, under its interpreter's
+``sys.prefix`` (read-only to the tests' user): one ``<entry point name> <module>`` line per ``pytest11`` entry
+point. Plain pytest loads those by itself; the harness runs pytest with plugin autoload off and names these with
+``-p`` (``inside/repogym_launch.py``), so no plugin but the environment's own can load that way."""
+
+LIST_PLUGINS = ("import importlib.metadata as m, os, sys; found = m.entry_points(); "
+                "found = found.select(group='pytest11') if hasattr(found, 'select') else found.get('pytest11', []); "
+                f"path = os.path.join(sys.prefix, {PLUGIN_LIST!r}); os.makedirs(os.path.dirname(path), exist_ok=True); "
+                "open(path, 'w').write(''.join(sorted({'%s %s\\n' % (e.name, e.value.strip()) for e in found "
+                "if ':' not in e.value and ' ' not in e.name})))")
+"""One line of Python, run by an environment's own interpreter with ``-I`` once its packages are installed (the
+project's own install, in the tree, is not among them), that writes :data:`PLUGIN_LIST`. An entry point naming
+an attribute (``module:object``) is left out: ``-p`` loads modules."""
+
+
 BUILD_REQUIREMENTS = ("pip>=23.1", "setuptools>=64,<71", "wheel")
 """What an install step needs in the environment (a name ``setup.pip`` already lists is left to that pin).
 setuptools 64 is the first with editable wheels (PEP 660); 71 and later import an installed ``importlib_metadata``

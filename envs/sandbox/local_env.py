@@ -32,7 +32,8 @@ from typing import Any
 
 from repogym.envs.core.errors import ConfigError, SandboxError
 from repogym.envs.core.paths import cache_dir
-from repogym.envs.sandbox.install import INSTALL_HOOK_NAME, environment_requirements, install_hook, install_steps, requirement_name
+from repogym.envs.sandbox.install import (INSTALL_HOOK_NAME, LIST_PLUGINS, environment_requirements, install_hook,
+                                          install_steps, requirement_name)
 from repogym.envs.sandbox.wheelhouse import download_wheels
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -54,7 +55,7 @@ def requirements_of(setup: dict[str, Any]) -> list[str]:
 
 def env_key(setup: dict[str, Any]) -> str:
     """Setups with the same key share a virtualenv (same Python, same requirements)."""
-    key = json.dumps({"python": PYTHON, "requirements": requirements_of(setup),
+    key = json.dumps({"python": PYTHON, "requirements": requirements_of(setup), "plugin_list": LIST_PLUGINS,
                       **({"install_hook": install_hook()} if install_steps(setup) else {}),
                       **({"base": BASE_MOUNT} if base_mounted() else {})}, sort_keys=True)
     return hashlib.sha256(key.encode()).hexdigest()[:16]
@@ -100,6 +101,10 @@ def _make(prefix: Path, requirements: list[str], hook: str | None) -> None:
         why = fetch_error or installed.stderr.strip()
         raise ConfigError(f"could not install {requirements} for the local sandbox (binary wheels for Python "
                           f"{PYTHON}): {why[-600:]}")
+    if requirements:  # the pytest plugins they brought, for the launcher to name (plugin autoload is off)
+        listed = subprocess.run([str(prefix / "bin" / "python"), "-I", "-c", LIST_PLUGINS], capture_output=True, text=True)
+        if listed.returncode != 0:
+            raise SandboxError("sandbox.local.env", f"could not list the pytest plugins: {listed.stderr.strip()[-600:]}")
     if hook:
         site = next((prefix / "lib").glob("python*/site-packages"))
         (site / INSTALL_HOOK_NAME).write_text(hook)

@@ -11,8 +11,11 @@ optional ``VAR=value`` assignments) is run through the launcher (``inside/repogy
 
 - ``python -P``, the repository moved to the end of ``sys.path``: no repository file stands in for the
   standard library, pytest or the plugin;
-- ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` (no ``pytest11`` entry point of any distribution loads) with the
-  report plugin named by ``-p``; ``PYTEST_ADDOPTS``/``PYTEST_PLUGINS`` emptied;
+- ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` (no ``pytest11`` entry point of any distribution loads by itself, a
+  ``.dist-info`` the agent writes into the tree included) with the report plugin named by ``-p``, after the
+  plugins the environment's ``setup.pip`` installed (listed when the environment was built, where the tests'
+  user cannot write: :data:`repogym.envs.sandbox.install.PLUGIN_LIST`), which plain pytest would have loaded;
+  ``PYTEST_ADDOPTS``/``PYTEST_PLUGINS`` emptied;
 - bytecode read only from a harness prefix (``PYTHONPYCACHEPREFIX``), never the tree's ``__pycache__``, and
   never written: the sandbox's warm read-only prefix (the interpreter's own files compiled once,
   :mod:`repogym.envs.sandbox.bytecode`), else an empty one of the run's own;
@@ -63,6 +66,7 @@ from dataclasses import dataclass, field
 from repogym.envs.core.errors import SandboxRefused, TestRunTimeout
 from repogym.envs.core.registry import Registry
 from repogym.envs.sandbox.base import Sandbox
+from repogym.envs.sandbox.install import PLUGIN_LIST
 
 # Optional VAR=value assignments, then the pytest entry point, then the rest of the command.
 _LAUNCHABLE = re.compile(r"""^\s*((?:[A-Za-z_][A-Za-z0-9_]*=(?:'[^']*'|"[^"`\\]*"|[^\s;&|<>()`'"\\]*)\s+)*)"""
@@ -201,6 +205,17 @@ def script_command(test_command: str) -> tuple[str, str, str, str] | None:
     return assignments, python, script, rest.strip()
 
 
+def environment_plugin_args(python: str = "python") -> str:
+    """A shell fragment that expands to ``-p MODULE`` for each pytest plugin the environment lists
+    (:data:`PLUGIN_LIST`, under ``python``'s prefix, trusted only where the tests' user cannot write it): what the
+    launcher adds itself, for the pytest commands that run without it."""
+    script = (f"import os, sys; p = os.path.join(sys.prefix, {PLUGIN_LIST!r}); "
+              "mine = os.access(p, os.W_OK) or os.access(os.path.dirname(p), os.W_OK); "
+              "print('' if mine or not os.path.isfile(p) else "
+              "' '.join('-p ' + line.split()[1] for line in open(p) if len(line.split()) == 2))")
+    return f"$({python} -I -c {shlex.quote(script)} 2>/dev/null)"
+
+
 def run_tests(sandbox: Sandbox, test_command: str, files: list[str] | None = None, *,
               timeout: float = 900.0, runner: str = "pytest") -> tuple[dict[str, str], str]:
     """Run tests with the runner's reporter; returns ``({test id: outcome}, output tail)``.
@@ -234,7 +249,7 @@ def run_test_command(sandbox: Sandbox, test_command: str, files: list[str] | Non
         command = f"{assignments}exec {python} -I {folder}/{launcher}.py {mode} {rest} {args}"
     else:
         env.update({"REPOGYM_REPORT": report, "REPOGYM_REPORT_NONCE": nonce, "PYTHONPATH": folder})
-        command = f"{test_command} {args}"
+        command = f"{test_command} {environment_plugin_args()} {args}"
     result = sandbox.run(command, timeout=timeout, env=env, output_limit=256 * 1024)
     if result.timed_out:
         raise TestRunTimeout("sandbox.run_tests", f"tests ran past the harness timeout of {timeout:.0f}s")

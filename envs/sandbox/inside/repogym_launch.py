@@ -29,7 +29,9 @@ It runs in two processes:
   inside it moved to the end; a script's own folder, which ``python script`` puts first, goes last too), so
   no file of the repository can stand in for ``json``, ``pytest`` or the report plugin; then runs pytest
   with plugin autoload off and the report plugin named with ``-p``, or the script with ``runpy``, bytecode
-  read from and written to a harness-private cache only. In the script modes the inner process itself sends
+  read from and written to a harness-private cache only. The pytest plugins the environment itself installed
+  (listed when it was built, under the interpreter's prefix) are named with ``-p`` before the report plugin.
+  In the script modes the inner process itself sends
   ``{"finish": exit status}`` on the stream when the script ends (by ``sys.exit`` or by returning), the
   counterpart of the pytest plugin's session-end record.
 
@@ -81,6 +83,28 @@ UNITTEST_VERDICT = re.compile(r"^(OK|FAILED)\b")
 SYMPY_SUMMARY = re.compile(r"^=*\s*tests finished: .* in [\d.]+ seconds\s*=*$")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 SCRIPT_MODES = ("--unittest-script", "--sympy-script")
+# Under the interpreter's sys.prefix: the pytest plugins the environment installed (repogym.envs.sandbox.install).
+PLUGIN_LIST = "share/repogym/pytest-plugins"
+
+
+def environment_plugins(args):
+    """``-p`` arguments naming the pytest plugins the environment installed (its ``pytest11`` entry points, listed
+    when it was built: plain pytest loads them by itself, here autoload is off), less those ``args`` block with
+    ``-p no:NAME``. Only a list the tests' user cannot write counts."""
+    path = os.path.join(sys.prefix, PLUGIN_LIST)
+    try:
+        if os.access(path, os.W_OK) or os.access(os.path.dirname(path), os.W_OK):
+            return []
+        with open(path) as fh:
+            entries = [line.split() for line in fh if len(line.split()) == 2]
+    except OSError:
+        return []
+    blocked = set()
+    for i, arg in enumerate(args):
+        value = (args[i + 1] if i + 1 < len(args) else "") if arg == "-p" else arg[2:] if arg.startswith("-p") else ""
+        if value.startswith("no:"):
+            blocked.add(value[3:])
+    return [word for name, module in entries if not blocked & {name, module} for word in ("-p", module)]
 
 
 class _Summary:
@@ -144,6 +168,8 @@ def outer(mode, args):
     env.pop("PYTHONSTARTUP", None)
     # -P exists from 3.11; before it the launcher takes its own folder off sys.path itself (above).
     safe_path = ["-P"] if sys.version_info >= (3, 11) else []
+    if mode not in SCRIPT_MODES:
+        args = environment_plugins(args) + args
     child = subprocess.Popen([sys.executable, *safe_path, os.path.realpath(__file__), "--inner", mode, *args],
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              pass_fds=(stream_w,), env=env)
