@@ -107,7 +107,9 @@ ENVIRONMENTS: dict[str, dict[str, dict[str, Any]]] = {
     "psf/requests": _versions("2.0 2.2 2.3 2.4 2.5 2.7 2.8 2.9 2.10 2.12 2.17 2.18 2.19 2.22 2.25 2.26 2.27 2.31 3.0",
                               {"python": "3.9", "pip": ["pytest==7.4.0", "urllib3==1.26.16", "chardet==4.0.0",
                                                         "idna==2.10", "certifi==2023.7.22", "pysocks==1.7.1",
-                                                        "pytest-httpbin==2.0.0", "httpbin==0.10.1"],
+                                                        "pytest-httpbin==2.0.0", "httpbin==0.10.1",
+                                                        # httpbin 0.10.1 and flasgger import what Werkzeug 3 and Flask 2.3 removed
+                                                        "flask==2.2.5", "werkzeug==2.2.3"],
                                "install": EDITABLE, "test_command": PYTEST}),
     "pytest-dev/pytest": _versions("5.0 5.1 5.2 5.3 5.4 6.0 6.2 6.3 7.0 7.1 7.2 7.4 8.0",
                                    {"python": "3.9", "pip": ["attrs==23.1.0", "iniconfig==2.0.0", "packaging==23.1",
