@@ -139,6 +139,8 @@ def test_tasks_import_drop_broken_tests_writes_the_pruned_rows(tmp_path, capsys)
 NETWORK_TESTS = '''\
 import socket
 
+import pytest
+
 
 def test_fetches_the_index():
     socket.getaddrinfo("pypi.org", 443)
@@ -146,6 +148,11 @@ def test_fetches_the_index():
 
 def test_reads_netcdf():
     import netCDF4_conda_only  # noqa: F401
+
+
+@pytest.mark.xfail(reason="a known bug")
+def test_known_bug():
+    assert False
 '''
 
 
@@ -156,20 +163,23 @@ def test_validate_names_the_causes_and_the_pruned_task_validates(tiny_task, tmp_
     require_backend("docker")
     from repogym.envs.rewards.validate import validate_task
     from repogym.envs.sandbox import SandboxConfig, sandbox_factory
-    # The network and the missing module tests come with the hidden tests' patch, as PASS_TO_PASS.
+    # The network, missing module and known-bug (xfail) tests come with the hidden tests' patch, as PASS_TO_PASS.
+    lines = NETWORK_TESTS.splitlines()
     extra = ("diff --git a/tests/test_world.py b/tests/test_world.py\nnew file mode 100644\n--- /dev/null\n"
-             "+++ b/tests/test_world.py\n@@ -0,0 +1,9 @@\n" + "".join(f"+{line}\n" for line in NETWORK_TESTS.splitlines()))
+             f"+++ b/tests/test_world.py\n@@ -0,0 +1,{len(lines)} @@\n" + "".join(f"+{line}\n" for line in lines))
     task = replace(tiny_task, test_patch=tiny_task.test_patch + extra,
                    PASS_TO_PASS=tiny_task.PASS_TO_PASS + ["tests/test_world.py::test_fetches_the_index",
-                                                          "tests/test_world.py::test_reads_netcdf"])
+                                                          "tests/test_world.py::test_reads_netcdf",
+                                                          "tests/test_world.py::test_known_bug"])
     factory = sandbox_factory("docker", {}, SandboxConfig(run_id="pytest"))
     verdict = validate_task(task, factory, runs=1, leaks=False)
     assert not verdict.ok and "p2p_fails_at_base" in verdict.reasons
     assert verdict.causes == {"tests/test_world.py::test_fetches_the_index": "needs_network",
-                              "tests/test_world.py::test_reads_netcdf": "missing_dependency"}
-    assert {"needs_network", "missing_dependency"} <= set(verdict.reasons)
+                              "tests/test_world.py::test_reads_netcdf": "missing_dependency",
+                              "tests/test_world.py::test_known_bug": "expected_failure"}
+    assert {"needs_network", "missing_dependency", "expected_failure"} <= set(verdict.reasons)
     assert "needs_network: 1 (tests/test_world.py::test_fetches_the_index)" in verdict.problems[0]
     pruned, counts = prune_task(task, {"causes": verdict.causes, "remedies": verdict.remedies})
-    assert counts["dropped"] == 2 and pruned.PASS_TO_PASS == tiny_task.PASS_TO_PASS
+    assert counts["dropped"] == 3 and pruned.PASS_TO_PASS == tiny_task.PASS_TO_PASS
     again = validate_task(pruned, factory, runs=1, leaks=False)
     assert again.ok, again.problems

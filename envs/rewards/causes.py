@@ -10,6 +10,10 @@ grading) and
 - ``missing_dependency``: ``ModuleNotFoundError`` / ``ImportError: No module named X`` for a module the repository
   does not hold (a conda-only package, an optional dependency the environment lacks).
 
+- ``expected_failure``: the test is marked ``xfail`` and failed as marked (its outcome says so; no second run).
+  SWE-bench's grading counts an XFAIL as a pass, so its rows list such tests as PASS_TO_PASS; repogym counts
+  only a pass, since code under test could mark the tests it breaks as expected failures.
+
 Anything else (an assertion, a version mismatch, a crash) gets no cause: it may be the task's own bug. Only
 pytest runs are diagnosed (the ``django`` and ``sympy`` runners' tests get no cause). Not guaranteed: a test
 that swallows the error and fails on an assertion about its result shows no cause (the traceback has it only
@@ -33,6 +37,8 @@ from repogym.envs.tasks.schema import Task
 CAUSES = {
     "needs_network": "the test needs the network (DNS or connection errors in its failure); sandboxes have none",
     "missing_dependency": "the test imports a module that neither the environment nor the repository holds",
+    "expected_failure": "the test is marked xfail and fails as marked: SWE-bench's grading counts an XFAIL as a "
+                        "pass, repogym's only a pass",
 }
 """Causes outside the patch, by key: what ``repogym tasks import --drop-broken-tests`` may drop."""
 

@@ -12,7 +12,8 @@ infrastructure errors (reported apart, not as task bugs). Each verdict also name
 
 Causes outside the patch: the PASS_TO_PASS tests failing at base, and the FAIL_TO_PASS tests the gold patch leaves
 failing, are run once more and classified (:mod:`repogym.envs.rewards.causes`: ``needs_network``,
-``missing_dependency``); each classified test is in :attr:`Validation.causes` and its cause among the reasons.
+``missing_dependency``; an xfailed one is ``expected_failure`` without a second run); each classified test is in
+:attr:`Validation.causes` and its cause among the reasons.
 A leak in a copy of the project that pip vendors names its remedy in :attr:`Validation.remedies`
 (``{"hide_vendored": [...]}``, a ``setup`` key). ``repogym tasks import --drop-broken-tests`` applies both.
 """
@@ -161,8 +162,11 @@ def validate_task(task: Task, make_sandbox: Callable[[], Sandbox], runs: int = B
         if not gold.resolved:
             gold_failing = [t for t in task.FAIL_TO_PASS if gold.tests.get(t) != "passed"]
             result.causes.update(diagnose(task, gold_failing, make_sandbox, patch=task.patch))
-        if failing_p2p:
-            result.causes.update(diagnose(task, failing_p2p, make_sandbox))
+        # An xfailed test's outcome is its cause already: no second run for it.
+        result.causes.update({t: "expected_failure" for t in failing_p2p if base.tests.get(t) == "xfailed"})
+        rerun = [t for t in failing_p2p if t not in result.causes]
+        if rerun:
+            result.causes.update(diagnose(task, rerun, make_sandbox))
     except InfraError as exc:  # the causes explain a verdict that stands without them: said, not an infra verdict
         undiagnosed = f" (causes not diagnosed: {exc.where}: {exc.message[:200]})"
     if not gold.resolved:
