@@ -43,6 +43,12 @@ def test_a_test_missing_from_the_report_fails_closed(factory, tiny_task):
     record = grade(tiny_task, patch, factory)
     assert record.status == Status.UNRESOLVED
     assert set(record.tests.values()) == {"missing"}
+    assert record.error["message"] == "the test run left no report"  # no error shows in its output
+    # A run that stops before any test (here an option no plugin provides) says why in the verdict.
+    record = grade(replace(tiny_task, test_command=tiny_task.test_command + " --cov=calc"), tiny_task.patch, factory)
+    assert record.status == Status.UNRESOLVED and set(record.tests.values()) == {"missing"}
+    assert record.error["message"].startswith("the test run left no report (its last error: ")
+    assert "unrecognized arguments: --cov=calc" in record.error["message"], record.error
 
 
 def test_infra_errors_are_retried_once_then_reported_not_zeroed(tiny_task, backend):

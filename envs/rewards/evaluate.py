@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import codecs
 import copy
+import re
 import shlex
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -270,6 +271,17 @@ def _internal_error(task: Task, error: InternalError, dropped: list[str], attemp
                       attempts=attempt, duration_s=time.monotonic() - start, harness_reach=reach)
 
 
+# An exception or pytest usage error line of a run's output (pytest's INTERNALERROR and assertion prefixes kept off).
+_ERROR_LINE = re.compile(r"^(?:INTERNALERROR> |E +)?((?:[\w.]+(?:Error|Exception)\b|ERROR: |\S[^:\n]*: error: ).*)$", re.MULTILINE)
+
+
+def _last_error(log: str) -> str:
+    """`` (its last error: ...)`` for a run that left no report: the last exception or usage error line of its
+    output (a plugin that does not import, an unknown option), so the verdict says why; empty when none shows."""
+    found = _ERROR_LINE.findall(log or "")
+    return f" (its last error: {found[-1].strip()[:300]})" if found else ""
+
+
 def _record(task: Task, status: Status, dropped: list[str], outcomes: dict[str, str],
             error: dict[str, str] | None = None, log: str = "", guards: dict[str, str] | None = None,
             plan: TwinPlan | None = None, docs: dict[str, str] | None = None, *, runner: str) -> EvalRecord:
@@ -315,7 +327,7 @@ def _grade_once(task: Task, kept: str, dropped: list[str], sandbox: Sandbox, tim
     missing = sum(outcome == MISSING for outcome in graded.values())
     error = None
     if not outcomes:
-        error = {"where": "rewards.report", "message": "the test run left no report"}
+        error = {"where": "rewards.report", "message": "the test run left no report" + _last_error(log)}
     elif tripped(guards):
         name, why = next(iter(tripped(guards).items()))
         error = {"where": f"rewards.guard.{name}", "message": why}
