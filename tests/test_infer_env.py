@@ -221,6 +221,27 @@ def test_what_a_chosen_release_requires_wins_over_a_stale_pin_of_the_project(tmp
     assert "no release fits all of them, so >=1.8.2" in result.provenance["pins"]["py"]
 
 
+def test_pytest_plugins_follow_pytest_where_the_harness_needs_a_later_pytest_than_the_commits(tmp_path):
+    # requests in 2015: pytest 2.8.1 and pytest-cov 2.1.0, whose old-style hooks pytest 6 refuses at start-up.
+    index = FakeIndex(*TOOLS, release("pytest-cov", "2.1.0", "2015-08-24", tag="py2.py3-none-any"),
+                      release("pytest-cov", "2.12.1", "2021-06-01"), release("pytest-cov", "3.0.0", "2021-10-04"),
+                      release("pytest-httpbin", "0.0.7", "2015-06-25", tag="py2.py3-none-any"),
+                      release("pytest-httpbin", "1.0.0", "2019-03-01"), release("six", "1.10.0", "2015-10-07"))
+    requirements = "pytest==2.8.1\npytest-cov==2.1.0\npytest-httpbin==0.0.7\nsix==1.10.0\n"
+    result = inferred(tmp_path, {"setup.py": "setup(name='old')\n", "requirements.txt": requirements}, index,
+                      date="2015-12-15T00:00:00+00:00")
+    pins = result.setup["pip"]
+    assert "pytest==6.2.5" in pins and "six==1.10.0" in pins  # pytest lifted; other pins kept as of the commit
+    assert "pytest-cov==2.12.1" in pins and "pytest-httpbin==1.0.0" in pins  # as of pytest 6.2.5's upload
+    assert result.provenance["pins"]["pytest-cov"].endswith(
+        "pytest-cov==2.1.0 (requirements.txt) was for pytest ==2.8.1; pinned as of pytest 6.2.5")
+    # Where the commit's own pytest is kept, so are its plugins' pins.
+    index = FakeIndex(*TOOLS, release("pytest-cov", "2.12.1", "2021-06-01"), release("pytest-cov", "3.0.0", "2021-10-04"))
+    result = inferred(tmp_path / "kept", {"setup.py": "setup(name='new')\n",
+                                          "requirements.txt": "pytest==7.2.2\npytest-cov==2.12.1\n"}, index)
+    assert {"pytest==7.2.2", "pytest-cov==2.12.1"} <= set(result.setup["pip"])
+
+
 def test_a_release_that_needs_something_with_no_wheel_is_left_out_with_its_reason(tmp_path):
     index = FakeIndex(*TOOLS, release("tbump", "6.9.0", "2022-05-01", requires=["docopt>=0.6.1", "schema"]),
                       release("schema", "0.7.5", "2021-11-01"), release("attrs", "22.1.0", "2022-07-28"))

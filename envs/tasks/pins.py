@@ -76,9 +76,18 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
     notes: dict[str, str] = {}
     dropped: dict[str, str] = {}  # releases that need something with no wheel: the image's build would fail on them
     held: dict[str, tuple[str, str]] = {}  # name -> (requirement, why): an asker moved back to end a conflict
+    relaxed: dict[str, str] = {}  # pytest plugins whose project pins were made for an older pytest than pinned
     for _ in range(MAX_ROUNDS):
         wants: dict[str, _Want] = {}
-        for line, source in roots + list(held.values()):
+        lifted = _lifted_pytest(picked.get("pytest"), roots, python)
+        for index, (line, source) in enumerate(roots + list(held.values())):
+            plugin = _pytest_plugin(line)
+            if lifted is not None and plugin and index < len(roots) and not source.startswith("the "):
+                # Its pin fits the project's pytest, not the one the harness needs: as of that pytest's upload.
+                relaxed[plugin] = (f"{line.strip()} ({source}) was for pytest {lifted[1]}; pinned as of pytest "
+                                   f"{lifted[0].version}")
+                _want(wants, plugin, source, python, lifted[0].uploaded)
+                continue
             _want(wants, line, source, python, date)
         for name, release in sorted(picked.items()):
             extras = frozenset(wants[name].extras) if name in wants else frozenset()
@@ -119,8 +128,31 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
             break
         picked = new
     pins = [f"{name}=={release.version}" for name, release in sorted(picked.items())]
+    for name in relaxed.keys() & picked.keys():
+        why[name] += f"; {relaxed[name]}"
     return pins, {n: why[n] for n in sorted(picked)}, [f"{n}: {m}" for n, m in sorted(notes.items())
                                                           if n not in picked]
+
+
+def _pytest_plugin(line: str) -> str | None:
+    """The canonical name of a ``pytest-*`` project that ``line`` requires, else None."""
+    requirement = parse_requirement(line)
+    name = canonicalize_name(requirement.name) if requirement is not None else ""
+    return name if name.startswith("pytest-") else None
+
+
+def _lifted_pytest(release: Release | None, roots: list[tuple[str, str]], python: str) -> tuple[Release, str] | None:
+    """``(pytest's pin, the project's own specifier)`` where the pin is outside what the project's files ask of
+    pytest (the harness needs a later one than the commit's), else None."""
+    if release is None:
+        return None
+    for line, source in roots:
+        requirement = parse_requirement(line)
+        if (requirement is not None and not source.startswith("the ") and canonicalize_name(requirement.name) == "pytest"
+                and _applies(requirement, python) and requirement.specifier
+                and not requirement.specifier.contains(release.version, prereleases=True)):
+            return release, str(requirement.specifier)
+    return None
 
 
 def _settle_conflict(picked: dict[str, Release], wants: dict[str, _Want], asof: dict[str, datetime.datetime | None],
