@@ -142,6 +142,39 @@ def test_the_project_installs_itself_and_grades(scm_task, backend):
 
 
 @pytest.mark.slow
+def test_the_install_runs_once_per_tree_and_environment_and_only_an_untouched_sandbox_keeps_it(
+        scm_task, backend, tmp_path, monkeypatch):
+    from repogym.envs.sandbox import install_cache
+    monkeypatch.setattr(install_cache, "cache_dir", lambda: tmp_path)
+    # A step whose product differs at every run: the same stamp in a later sandbox means the steps did not run there.
+    task = replace(scm_task, setup={**scm_task.setup, "pre_install": ["od -An -N8 -tx8 /dev/urandom > .stamp"]})
+    factory = sandbox_factory(backend, task.setup, SandboxConfig(run_id="pytest"))
+    probe = "cat .stamp; python -c 'import scmcalc; print(scmcalc.installed_version())'"
+    first, second = factory(), factory()
+    try:
+        first.load(snapshot(task))
+        made = first.run(probe)
+        assert made.ok, made.stderr
+        kept = list((tmp_path / "installs").glob("*.json"))
+        assert len(kept) == 1
+        second.load(snapshot(task))
+        again = second.run(probe)
+        assert again.ok and again.stdout == made.stdout, again.stderr  # unpacked, not run again, and it works
+        assert second.run("git status --porcelain; git rev-list --all --reflog | wc -l").stdout == "1\n"
+        # A sandbox where commands ran (the agent's) never fills the cache: what it left could poison later loads.
+        kept[0].unlink()
+        second.load(snapshot(task))
+        fresh = second.run(probe)
+        assert fresh.ok and fresh.stdout != made.stdout
+        assert not list((tmp_path / "installs").glob("*.json"))
+        # The same tree in another environment is another entry.
+        assert install_cache.cache_path("tree", "docker:sha256:a") != install_cache.cache_path("tree", "docker:sha256:b")
+    finally:
+        first.close()
+        second.close()
+
+
+@pytest.mark.slow
 def test_a_failing_install_step_names_itself(scm_task, backend):
     task = replace(scm_task, setup={**scm_task.setup, "pre_install": ["echo no such file >&2; exit 3"]})
     sandbox = sandbox_factory(backend, task.setup, SandboxConfig(run_id="pytest"))()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from repogym.envs.core.errors import InstallFailed, RunnerExited, RunnerTimeout, SandboxError, SandboxKilledByAgent, SandboxRequestError
+from repogym.envs.sandbox import install_cache
 from repogym.envs.sandbox.snapshot import RepoSnapshot
 
 log = logging.getLogger(__name__)
@@ -246,15 +247,29 @@ class RunnerClient:
             return SandboxKilledByAgent(where, f"{exc}; no cause outside the sandbox, so a command inside it did it")
         return SandboxError(where, f"{exc}; {cause}")
 
+    def environment_id(self) -> str | None:
+        """What this sandbox's environment is (an image id, a virtualenv's key), for keeping what an install step
+        made in it (:mod:`repogym.envs.sandbox.install_cache`); None where it cannot be told: the steps then run
+        at every load."""
+        return None
+
     def load(self, snapshot: RepoSnapshot) -> None:
         install = list(snapshot.install)
+        environment = self.environment_id() if install else None
+        kept = install_cache.cache_path(snapshot.key, environment) if environment else None
+        products = install_cache.read(kept) if kept else None
+        # Only a sandbox no command has run in fills the cache: nothing an agent left behind reaches another load.
+        export = kept is not None and products is None and not self.agent_ran
         try:
             answer = self.request("load", tar=base64.b64encode(snapshot.tar).decode(), scratch=list(self.scratch_dirs),
-                                  install=install, wait=240 + (INSTALL_TIMEOUT if install else 0))
+                                  install=install, products=products, export=export,
+                                  wait=240 + (INSTALL_TIMEOUT if install and products is None else 0))
         except SandboxRequestError as exc:
             if install and "install step" in str(exc):
                 raise InstallFailed("sandbox.install", str(exc).removeprefix("RuntimeError: ")) from None
             raise
+        if export and "products" in answer:
+            install_cache.write(kept, answer["products"])
         self.snapshot_key, self.base_tree = snapshot.key, answer["tree"]
 
     def run(self, command: str, *, timeout: float | None = None, cwd: str | None = None,

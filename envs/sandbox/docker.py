@@ -156,6 +156,10 @@ class DockerSandbox(RunnerClient):
         except daemon_errors() as exc:  # the Docker daemon: the container is gone, or the daemon with it
             return f"container gone: {exc}"
 
+    def environment_id(self) -> str | None:
+        image = (self.container.attrs or {}).get("Image") if self.container is not None else None
+        return f"docker:{image}" if image else None
+
     def _outside_cause(self) -> str | None:
         try:
             return self._cause_in_docker()

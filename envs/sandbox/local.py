@@ -169,6 +169,7 @@ class LocalSandbox(RunnerClient):
             self.limits = {"via": "rlimit", "why": f"no cgroup could be made here ({exc})",
                            "note": "per process, but for nproc (every task of the uid); no CPU limit"}
         python_prefix = Path(python_env or ensure_local_env({})).resolve()
+        self._environment = f"local:{python_prefix}"  # a setup's virtualenv: its folder is named by its key
         binds: dict[str, str] = {}  # placeholder -> host folder, staged by the launcher when run as root
 
         def ro_bind(source: Path | str, dest: Path | str) -> list[str]:
@@ -285,6 +286,9 @@ class LocalSandbox(RunnerClient):
             return self._proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             return None
+
+    def environment_id(self) -> str | None:
+        return self._environment
 
     def _outside_cause(self) -> str | None:
         # bubblewrap exits with its child's status when the runner dies inside; a signal means from outside

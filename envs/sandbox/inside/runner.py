@@ -316,7 +316,16 @@ def load(req):
     _git("config", "user.email", "agent@repogym.invalid")
     _git("add", "-A")
     _git("commit", "-q", "--allow-empty", "-m", "base")
-    if _install(req.get("install") or []):
+    products, exported = req.get("products"), None
+    if products is not None:  # what the same install made in this environment before (the host's cache)
+        _extract(products["tar"], ROOT, True)
+        for path in products.get("deleted", []):
+            full = os.path.join(_inside(os.path.dirname(path) or "."), os.path.basename(path))
+            if os.path.lexists(full):
+                os.remove(full)
+    elif _install(req.get("install") or []) and req.get("export"):
+        exported = _install_products()
+    if products is not None or req.get("install"):
         # What the install made (metadata, generated modules, the editable hook) is part of the base: reset keeps it.
         _git("add", "-A", "-f")
         _git("commit", "-q", "--amend", "--allow-empty", "-m", "base")
@@ -333,7 +342,27 @@ def load(req):
     _TREE.clear()
     with open(os.path.join(ROOT, ".git", "config"), "rb") as fh:
         _BASE["config"] = fh.read()
-    return {"commit": _BASE["commit"], "tree": _git("rev-parse", BASE_TAG + "^{tree}").strip(), "killed": killed}
+    answer = {"commit": _BASE["commit"], "tree": _git("rev-parse", BASE_TAG + "^{tree}").strip(), "killed": killed}
+    if exported is not None:
+        answer["products"] = exported
+    return answer
+
+
+def _install_products():
+    """What the install steps changed in the tree against the base commit, for the host to cache and hand to the
+    next load of the same tree in the same environment: ``{"tar": the files they added or changed, "deleted":
+    the paths they removed}``."""
+    _git("add", "-A", "-f")
+    fields = _git("diff", "--cached", "--name-status", "--no-renames", "-z", "HEAD").split("\0")
+    deleted = []
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for status, path in zip(fields[0::2], fields[1::2]):
+            if status == "D":
+                deleted.append(path)
+            else:
+                tar.add(os.path.join(ROOT, path), arcname=path, recursive=False)
+    return {"tar": base64.b64encode(buf.getvalue()).decode(), "deleted": deleted}
 
 
 def _install(commands):
