@@ -65,6 +65,20 @@ def test_the_toolchain_is_an_apt_layer_over_the_plain_base_and_is_debootstrapped
     assert debootstrapped == [("3.9", None)] and built[0][0].startswith("FROM whole\n")
 
 
+def test_the_local_sandbox_takes_a_toolchain_task_only_where_the_host_has_a_compiler_and_headers(monkeypatch):
+    import shutil
+
+    from repogym.envs.sandbox import _check_toolchain, sandbox_factory
+    import sysconfig
+    from pathlib import Path
+    if (shutil.which("cc") or shutil.which("gcc")) and Path(sysconfig.get_paths()["include"], "Python.h").is_file():
+        _check_toolchain("local", {"toolchain": "build"})  # a host with both takes the task
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(ConfigError, match=r"lack a C compiler \(cc\): use the docker backend"):
+        sandbox_factory("local", {"toolchain": "build"})
+    _check_toolchain("local", {})  # no toolchain asked: nothing to check
+
+
 def test_hide_vendored_is_checked_and_compiles_after_the_installs():
     assert hidden_vendored({"hide_vendored": ["six", "requests", "six"]}) == ["requests", "six"]
     for bad in ("requests", ["../etc"], [3]):

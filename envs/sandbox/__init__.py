@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import sys
+from pathlib import Path
 from typing import Any
 
 from repogym.envs.core.errors import ConfigError, SandboxRequestError
@@ -85,11 +86,30 @@ def sandbox_factory(backend: str, setup: dict | None = None, config: SandboxConf
         raise ConfigError(f"the task hides pip's vendored {setup['hide_vendored']} (setup.hide_vendored), which only "
                           f"an image can do: the {backend} sandbox shows the host's own files; use the docker backend "
                           "(--sandbox docker)")
+    _check_toolchain(backend, setup or {})
     if backend == "local":
         from repogym.envs.sandbox.local_env import ensure_local_env
         python_env = ensure_local_env(setup or {})
         return lambda: make_sandbox("local", config, python_env=python_env)
     return lambda: make_sandbox(backend, config)
+
+
+def _check_toolchain(backend: str, setup: dict) -> None:
+    """A task that builds extensions (``setup.toolchain``) runs locally only where the host has what the toolchain
+    image carries that such builds cannot do without: a C compiler and this Python's headers."""
+    from repogym.envs.sandbox.images import toolchain_of
+    toolchain = toolchain_of(setup)
+    if toolchain is None:
+        return
+    import shutil
+    import sysconfig
+    missing = [what for what, there in (("a C compiler (cc)", shutil.which("cc") or shutil.which("gcc")),
+                                        ("Python.h", Path(sysconfig.get_paths()["include"], "Python.h").is_file()))
+               if not there]
+    if missing:
+        raise ConfigError(f"the task builds extensions (setup.toolchain: {toolchain!r}) and the {backend} sandbox uses "
+                          f"the host's tools, which lack {' and '.join(missing)}: use the docker backend (--sandbox "
+                          "docker), whose toolchain image has them, or install them here")
 
 
 def _check_python(backend: str, setup: dict) -> None:
