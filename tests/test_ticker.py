@@ -49,6 +49,16 @@ def test_a_quick_step_says_only_what_it_does_and_a_failed_one_says_it_failed():
     assert re.fullmatch(r"doomed: failed after \d+ s", lines[-1]), lines
 
 
+def test_a_step_named_by_a_long_list_is_named_whole_once_and_short_in_its_ticks():
+    lines: list[str] = []
+    what = "downloading wheels of " + " ".join(f"package{i}==1.0" for i in range(40))
+    with ticking(what, lines.append, every=EVERY_S):
+        time.sleep(SLOW_S)
+    assert lines[0] == f"{what}..."
+    assert all(len(line) < 140 and line.startswith("downloading wheels of package0==1.0") for line in lines[1:]), lines
+    assert "...: still running (" in lines[1] and re.search(r"\.\.\.: done after \d+ s$", lines[-1]), lines
+
+
 def test_without_a_log_the_lines_go_to_stderr_and_minutes_read_as_minutes(fast_ticks, capsys):
     with ticking("pulling"):
         time.sleep(SLOW_S)

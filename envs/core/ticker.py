@@ -18,6 +18,8 @@ from typing import Any
 
 EVERY_S = 8.0
 """Seconds between two lines (under the 10 s the first hour promises, with room for a late tick)."""
+SHORT = 100
+"""Characters of the step's name the ticks repeat."""
 
 
 def to_stderr(line: str) -> None:
@@ -38,6 +40,8 @@ def ticking(what: str, log: Callable[[str], Any] | None = None, every: float | N
     say = log or to_stderr
     every = EVERY_S if every is None else every
     say(f"{what}...")
+    # The ticks and the end name the step short: a step named by a long list (pip's requirements) is said once.
+    short = what if len(what) <= SHORT else what[:SHORT - 3].rstrip() + "..."
     start = time.monotonic()
     done = threading.Event()
     ticks = 0
@@ -46,7 +50,7 @@ def ticking(what: str, log: Callable[[str], Any] | None = None, every: float | N
         nonlocal ticks
         while not done.wait(every):
             ticks += 1
-            say(f"{what}: still running ({_elapsed(time.monotonic() - start)})")
+            say(f"{short}: still running ({_elapsed(time.monotonic() - start)})")
 
     thread = threading.Thread(target=tick, name=f"ticker: {what}", daemon=True)
     thread.start()
@@ -58,4 +62,4 @@ def ticking(what: str, log: Callable[[str], Any] | None = None, every: float | N
         done.set()
         thread.join()
         if ticks:
-            say(f"{what}: {'failed' if failed else 'done'} after {_elapsed(time.monotonic() - start)}")
+            say(f"{short}: {'failed' if failed else 'done'} after {_elapsed(time.monotonic() - start)}")
