@@ -8,6 +8,7 @@ with pipes). What a sandbox isolates is the backend's business and is documented
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import threading
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from repogym.envs.core.errors import InstallFailed, RunnerExited, RunnerTimeout, SandboxError, SandboxKilledByAgent, SandboxRequestError
+from repogym.envs.core.ticker import ticking
 from repogym.envs.sandbox import install_cache
 from repogym.envs.sandbox.snapshot import RepoSnapshot
 
@@ -260,10 +262,15 @@ class RunnerClient:
         products = install_cache.read(kept) if kept else None
         # Only a sandbox no command has run in fills the cache: nothing an agent left behind reaches another load.
         export = kept is not None and products is None and not self.agent_ran
+        steps = install and products is None
+        # Minutes for a project that builds extensions: said, with the time, while it runs (stderr).
+        progress = ticking(f"running the install steps of {snapshot.key[:40]} ({' && '.join(install)[:80]})") \
+            if steps else contextlib.nullcontext()
         try:
-            answer = self.request("load", tar=base64.b64encode(snapshot.tar).decode(), scratch=list(self.scratch_dirs),
-                                  install=install, products=products, export=export,
-                                  wait=240 + (INSTALL_TIMEOUT if install and products is None else 0))
+            with progress:
+                answer = self.request("load", tar=base64.b64encode(snapshot.tar).decode(),
+                                      scratch=list(self.scratch_dirs), install=install, products=products,
+                                      export=export, wait=240 + (INSTALL_TIMEOUT if steps else 0))
         except SandboxRequestError as exc:
             if install and "install step" in str(exc):
                 raise InstallFailed("sandbox.install", str(exc).removeprefix("RuntimeError: ")) from None
