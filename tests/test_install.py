@@ -4,6 +4,7 @@ backends) and its CPUs."""
 from __future__ import annotations
 
 import subprocess
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -172,6 +173,19 @@ def test_the_install_runs_once_per_tree_and_environment_and_only_an_untouched_sa
     finally:
         first.close()
         second.close()
+    # Fresh sandboxes loading the tree at once (a validation's): one runs the steps, the others wait for its products.
+    together = [factory() for _ in range(2)]
+    try:
+        threads = [threading.Thread(target=sandbox.load, args=(snapshot(task),)) for sandbox in together]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        stamps = {sandbox.run("cat .stamp").stdout for sandbox in together}
+        assert len(stamps) == 1 and stamps != {fresh.stdout.splitlines()[0] + "\n"}
+    finally:
+        for sandbox in together:
+            sandbox.close()
 
 
 @pytest.mark.slow

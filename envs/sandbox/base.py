@@ -260,6 +260,14 @@ class RunnerClient:
         environment = self.environment_id() if install else None
         kept = install_cache.cache_path(snapshot.key, environment) if environment else None
         products = install_cache.read(kept) if kept else None
+        if kept is None or products is not None:
+            self._load(snapshot, install, kept, products)
+            return
+        with install_cache.lock(kept):  # another load of this tree may be running the steps: wait for what it made
+            self._load(snapshot, install, kept, install_cache.read(kept))
+
+    def _load(self, snapshot: RepoSnapshot, install: list[str], kept: Path | None,
+              products: dict[str, Any] | None) -> None:
         # Only a sandbox no command has run in fills the cache: nothing an agent left behind reaches another load.
         export = kept is not None and products is None and not self.agent_ran
         steps = install and products is None

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,17 @@ def cache_path(snapshot_key: str, environment_id: str) -> Path:
     """Where the products of ``snapshot_key``'s install steps in ``environment_id`` are kept."""
     digest = hashlib.sha256(f"{FORMAT}\n{snapshot_key}\n{environment_id}".encode()).hexdigest()[:24]
     return cache_dir() / "installs" / f"{digest}.json"
+
+
+_locks: dict[Path, threading.Lock] = {}
+_locks_lock = threading.Lock()
+
+
+def lock(path: Path) -> threading.Lock:
+    """The lock loads in this process hold while they run the install steps for ``path``: sandboxes that load the
+    same tree at once (a validation's) wait for the first one's products instead of each running the steps."""
+    with _locks_lock:
+        return _locks.setdefault(path, threading.Lock())
 
 
 def read(path: Path) -> dict[str, Any] | None:
