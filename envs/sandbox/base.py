@@ -272,8 +272,9 @@ class RunnerClient:
         export = kept is not None and products is None and not self.agent_ran
         steps = install and products is None
         # Minutes for a project that builds extensions: said, with the time, while it runs (stderr).
-        progress = ticking(f"running the install steps of {snapshot.key[:40]} ({' && '.join(install)[:80]})") \
-            if steps else contextlib.nullcontext()
+        commit = snapshot.key.split("+install:")[0].rsplit("@", 1)[-1][:12]
+        progress = ticking(f"running the install steps at commit {commit} ({' && '.join(install)[:80]}; once per tree "
+                           "and environment)") if steps else contextlib.nullcontext()
         try:
             with progress:
                 answer = self.request("load", tar=base64.b64encode(snapshot.tar).decode(),
