@@ -162,7 +162,8 @@ def test_the_install_runs_once_per_tree_and_environment_and_only_an_untouched_sa
         again = second.run(probe)
         assert again.ok and again.stdout == made.stdout, again.stderr  # unpacked, not run again, and it works
         assert second.run("git status --porcelain; git rev-list --all --reflog | wc -l").stdout == "1\n"
-        # A sandbox where commands ran (the agent's) never fills the cache: what it left could poison later loads.
+        # Only a sandbox's first load fills the cache: a later one (the agent's commands ran there) could carry what
+        # an agent left behind to every later load.
         kept[0].unlink()
         second.load(snapshot(task))
         fresh = second.run(probe)
@@ -176,6 +177,8 @@ def test_the_install_runs_once_per_tree_and_environment_and_only_an_untouched_sa
     # Fresh sandboxes loading the tree at once (a validation's): one runs the steps, the others wait for its products.
     together = [factory() for _ in range(2)]
     try:
+        for sandbox in together:  # grading's health check runs before the first load: that sandbox still fills it
+            assert sandbox.run("true").ok
         threads = [threading.Thread(target=sandbox.load, args=(snapshot(task),)) for sandbox in together]
         for thread in threads:
             thread.start()

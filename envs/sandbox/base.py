@@ -184,6 +184,8 @@ class RunnerClient:
         """Set when a reset cannot be trusted to restore the sandbox (dead runner, failed request)."""
         self.agent_ran = False
         """Whether any command ran in this sandbox: before that, nothing the agent did can explain a failure."""
+        self.untouched = True
+        """No tree was loaded or imported here yet: whatever ran (a health check) was the harness's, not an agent's."""
         self._lock = threading.Lock()
         self._next_id = 0
         self._closed = False
@@ -268,8 +270,10 @@ class RunnerClient:
 
     def _load(self, snapshot: RepoSnapshot, install: list[str], kept: Path | None,
               products: dict[str, Any] | None) -> None:
-        # Only a sandbox no command has run in fills the cache: nothing an agent left behind reaches another load.
-        export = kept is not None and products is None and not self.agent_ran
+        # Only a sandbox's first load fills the cache (before it, only the harness's health check runs): nothing an
+        # agent left behind in a sandbox reaches another one's load.
+        export = kept is not None and products is None and self.untouched
+        self.untouched = False
         steps = install and products is None
         # Minutes for a project that builds extensions: said, with the time, while it runs (stderr).
         commit = snapshot.key.split("+install:")[0].rsplit("@", 1)[-1][:12]
@@ -345,6 +349,7 @@ class RunnerClient:
             raise SandboxError(f"sandbox.{self.backend}.import_state",
                                f"a {state.backend} state at {state.repo_dir} cannot become a {self.backend} sandbox "
                                f"at {self.repo_dir}")
+        self.untouched = False
         self.request("import_state", repo=state.repo, scratch=state.scratch, base=state.base,
                      clean=list(self.scratch_dirs), wait=240)
         self.snapshot_key, self.base_tree = state.snapshot_key, state.base_tree

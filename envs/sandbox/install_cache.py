@@ -8,9 +8,10 @@ same tree in the same environment unpack that instead of running them.
 
 Keyed by the snapshot (its key names the commit's tree and the install steps) and the sandbox's
 :meth:`~repogym.envs.sandbox.base.RunnerSandbox.environment_id` (a docker image id, a local virtualenv's key):
-what the steps make depends on both. Only a sandbox where no command has run yet fills the cache, so no agent can
-leave something behind that a later load would serve to others. Files under the cache folder's ``installs/``,
-written whole (a temporary file renamed into place); ``repogym gc`` does not remove them.
+what the steps make depends on both. Only a sandbox's first load fills the cache (not a load after another
+sandbox's state was imported): before it only the harness has run anything there (a health check), so nothing an
+agent left behind in a sandbox reaches another's load. Files under the cache folder's ``installs/``, written whole
+(a temporary file renamed into place); ``repogym gc`` does not remove them.
 """
 
 from __future__ import annotations
