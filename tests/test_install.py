@@ -143,6 +143,22 @@ def test_the_project_installs_itself_and_grades(scm_task, backend):
 
 
 @pytest.mark.slow
+def test_a_setuptools_scm_project_installs_with_the_version_its_tags_give(scm_task, backend, tmp_path):
+    # The sandbox's tree is one commit with no tags: without the tag's version setuptools-scm would say 0.1.dev1.
+    clone = tmp_path / "tagged"
+    subprocess.run(["git", "clone", "-q", scm_task.setup["source"].removeprefix("path:"), str(clone)], check=True)
+    _git(clone, "tag", "v3.1.0", scm_task.base_commit)
+    task = replace(scm_task, setup={**scm_task.setup, "source": f"path:{clone}"})
+    sandbox = sandbox_factory(backend, task.setup, SandboxConfig(run_id="pytest"))()
+    try:
+        sandbox.load(snapshot(task))
+        probe = sandbox.run("python -c 'import scmcalc; print(scmcalc.__version__, scmcalc.installed_version())'")
+        assert probe.ok and probe.stdout.split() == ["3.1.0", "3.1.0"], probe.stderr
+    finally:
+        sandbox.close()
+
+
+@pytest.mark.slow
 def test_the_install_runs_once_per_tree_and_environment_and_only_an_untouched_sandbox_keeps_it(
         scm_task, backend, tmp_path, monkeypatch):
     from repogym.envs.sandbox import install_cache

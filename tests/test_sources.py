@@ -89,6 +89,27 @@ def test_a_repo_resolves_through_a_mirror_folder_at_its_base_commit(tmp_path, mo
     assert widget(snapshot(task(v1))) == "v = 1\n"  # the base commit's tree, not the mirror's HEAD
 
 
+def test_a_commit_gets_the_version_its_tags_give_through_a_mirror_and_its_install_steps_see_it(tmp_path, monkeypatch):
+    mirror = tmp_path / "mirrors" / "acme__widget"
+    v1, v2 = make_repo(mirror)
+    git(mirror, "tag", "-a", "v1.4.0", "-m", "release", v1)  # annotated, then packed
+    git(mirror, "pack-refs", "--all")
+    v3 = commit_file(mirror, "v = 3\n")
+    git(mirror, "tag", "2.0rc1", v3)  # lightweight, loose
+    v4 = commit_file(mirror, "v = 4\n")
+    monkeypatch.setenv("REPOGYM_MIRRORS", str(tmp_path / "mirrors"))
+    view = repos._locate(task(v1))[1]
+    assert view != mirror.resolve()  # read through the view, which got the mirror's tags from its files
+    assert [repos.scm_version(view, c) for c in (v1, v2, v3, v4)] == ["1.4.0", "1.4.1.dev1", "2.0rc1", "2.0.dev1"]
+    installing = snapshot(task(v2, install="python -m pip install -e ."))
+    assert installing.install_env == (("SETUPTOOLS_SCM_PRETEND_VERSION", "1.4.1.dev1"),)
+    assert snapshot(task(v3, install="python -m pip install -e .")).key != installing.key
+    assert snapshot(task(v2)).install_env == ()  # nothing installs: no version to give
+    untagged = tmp_path / "untagged"
+    _, last = make_repo(untagged)
+    assert repos.scm_version(untagged, last) is None
+
+
 def test_a_bare_mirror_named_owner__name_dot_git_resolves(tmp_path, monkeypatch):
     _, v2 = make_repo(tmp_path / "work")
     git(tmp_path, "clone", "-q", "--bare", str(tmp_path / "work"), str(tmp_path / "mirrors" / "acme__widget.git"))

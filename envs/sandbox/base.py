@@ -282,7 +282,8 @@ class RunnerClient:
         try:
             with progress:
                 answer = self.request("load", tar=base64.b64encode(snapshot.tar).decode(),
-                                      scratch=list(self.scratch_dirs), install=install, products=products,
+                                      scratch=list(self.scratch_dirs), install=install,
+                                      install_env=dict(snapshot.install_env), products=products,
                                       export=export, wait=240 + (INSTALL_TIMEOUT if steps else 0))
         except SandboxRequestError as exc:
             if install and "install step" in str(exc):

@@ -227,11 +227,12 @@ def _objects_dir(repo: Path) -> Path | None:
 
 
 def _mirror_view(mirror: Path) -> Path:
-    """A bare repository of our own in the cache that reads ``mirror``'s objects and nothing else of it."""
+    """A bare repository of our own in the cache that reads ``mirror``'s objects and tags and nothing else of it."""
     objects = _objects_dir(mirror)
     if objects is None:
         raise ConfigError(f"mirror {mirror} is not a git repository")
-    target = cache_dir() / "mirror-views" / hashlib.sha256(str(objects).encode()).hexdigest()[:16]
+    # (v2: with the mirror's tags, which give a commit its version: views made before had none)
+    target = cache_dir() / "mirror-views" / hashlib.sha256(f"v2:{objects}".encode()).hexdigest()[:16]
     if target.exists():
         return target
 
@@ -241,9 +242,63 @@ def _mirror_view(mirror: Path) -> Path:
             raise InfraError("tasks.repos", f"git init of a view of mirror {mirror} failed: {_stderr(proc)}")
         (tmp / "objects" / "info").mkdir(parents=True, exist_ok=True)
         (tmp / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+        (tmp / "packed-refs").write_text("".join(f"{sha} refs/tags/{name}\n" for name, sha in _tags(objects.parent)))
 
     with _locked(target):
         return _make_once(target, make)
+
+
+_TAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,200}")
+
+
+def _tags(git_dir: Path) -> list[tuple[str, str]]:
+    """``(name, object id)`` of a repository's tags, read from its files (``packed-refs``, ``refs/tags/``): no git
+    runs in a user's mirror, whose config could name programs. Names that are not plain version-like words are
+    left out."""
+    found: dict[str, str] = {}
+    try:
+        packed = (git_dir / "packed-refs").read_text(errors="replace")
+    except OSError:
+        packed = ""
+    for line in packed.splitlines():
+        sha, _, ref = line.partition(" ")
+        if ref.startswith("refs/tags/") and re.fullmatch(r"[0-9a-f]{40}", sha):
+            found[ref[len("refs/tags/"):]] = sha
+    folder = git_dir / "refs" / "tags"
+    for path in folder.rglob("*") if folder.is_dir() else []:
+        try:
+            sha = path.read_text(errors="replace").strip()
+        except OSError:
+            continue
+        if path.is_file() and re.fullmatch(r"[0-9a-f]{40}", sha):
+            found[path.relative_to(folder).as_posix()] = sha
+    return sorted((name, sha) for name, sha in found.items() if _TAG_NAME.fullmatch(name))
+
+
+@functools.lru_cache(maxsize=1024)
+def scm_version(repo: Path | str, commit: str) -> str | None:
+    """The version setuptools-scm would give ``commit`` in a clone with its tags (``v5.0`` and 594 commits on:
+    ``5.1.dev594``), from ``git describe``; None where no version tag reaches it. A task's tree is loaded as one
+    commit with no tags, where setuptools-scm would say ``0.1.dev1``: projects that compare their own version
+    (astropy's test plugins) then take the wrong branch."""
+    from packaging.version import InvalidVersion, Version
+    proc = _git(repo, "describe", "--tags", "--long", commit)
+    match = re.fullmatch(r"(.+)-(\d+)-g[0-9a-f]+", proc.stdout.decode(errors="replace").strip()) \
+        if proc.returncode == 0 else None
+    if match is None:
+        return None
+    try:
+        tag = Version(match.group(1).removeprefix("v").removeprefix("V"))
+    except InvalidVersion:
+        return None
+    distance = int(match.group(2))
+    if distance == 0:
+        return str(tag)
+    if tag.is_prerelease:  # 5.1.dev, 5.0rc1: a development release of the one it leads to
+        return f"{tag.base_version}.dev{distance}"
+    release = list(tag.release)
+    release[-1] += 1  # setuptools-scm's default: the next release's development release
+    return f"{'.'.join(map(str, release))}.dev{distance}"
 
 
 SOURCE_KINDS: Registry[Callable[[str], Path]] = Registry("task source kind", {
@@ -268,6 +323,7 @@ def clear_caches() -> None:
     _resolve.cache_clear()
     _HELD.clear()
     _snapshots.cache_clear()
+    scm_version.cache_clear()
 
 
 # -- a task's repository ---------------------------------------------------------------------------------
@@ -303,13 +359,18 @@ def repo_path(task: Task) -> Path:
 
 
 def snapshot(task: Task) -> RepoSnapshot:
-    """The tree at the task's base commit, with the task's install steps (``setup.pre_install``, ``setup.install``)."""
-    tree = snapshot_of(str(_locate(task)[1]), task.base_commit)
+    """The tree at the task's base commit, with the task's install steps (``setup.pre_install``, ``setup.install``)
+    and, where the repository's tags give the commit a version (:func:`scm_version`), that version for setuptools-scm
+    to use while they run (``SETUPTOOLS_SCM_PRETEND_VERSION``)."""
+    reader = _locate(task)[1]
+    tree = snapshot_of(str(reader), task.base_commit)
     steps = install_steps(task.setup)
     if not steps:
         return tree
-    digest = hashlib.sha256("\n".join(steps).encode()).hexdigest()[:12]
-    return dataclasses.replace(tree, key=f"{tree.key}+install:{digest}", install=steps)
+    version = scm_version(reader, task.base_commit)
+    env = (("SETUPTOOLS_SCM_PRETEND_VERSION", version),) if version else ()
+    digest = hashlib.sha256("\n".join(steps + tuple(f"{k}={v}" for k, v in env)).encode()).hexdigest()[:12]
+    return dataclasses.replace(tree, key=f"{tree.key}+install:{digest}", install=steps, install_env=env)
 
 
 SNAPSHOT_CACHE_BYTES = int(os.environ.get("REPOGYM_SNAPSHOT_CACHE_MB", "256")) << 20

@@ -323,7 +323,7 @@ def load(req):
             full = os.path.join(_inside(os.path.dirname(path) or "."), os.path.basename(path))
             if os.path.lexists(full):
                 os.remove(full)
-    elif _install(req.get("install") or []) and req.get("export"):
+    elif _install(req.get("install") or [], req.get("install_env") or {}) and req.get("export"):
         exported = _install_products()
     if products is not None or req.get("install"):
         # What the install made (metadata, generated modules, the editable hook) is part of the base: reset keeps it.
@@ -365,7 +365,7 @@ def _install_products():
     return {"tar": base64.b64encode(buf.getvalue()).decode(), "deleted": deleted}
 
 
-def _install(commands):
+def _install(commands, extra_env):
     """Run the task's install steps as the agent, in the fresh tree, before the base is tagged; True if any ran.
 
     pip installs into ``INSTALL_DIR`` (``PIP_TARGET``: the environment's own site-packages are read-only), from
@@ -378,6 +378,8 @@ def _install(commands):
            # An editable install that puts the project's folder on sys.path, as `setup.py develop` did (and the
            # datasets' environments have): tools that map files to modules through sys.path (astroid) need it.
            "PIP_CONFIG_SETTINGS": "editable_mode=compat"}
+    # The host's (a setuptools-scm version, the tree having no tags): names and values of a fixed shape only.
+    env.update({k: str(v) for k, v in extra_env.items() if k == "SETUPTOOLS_SCM_PRETEND_VERSION"})
     for command in commands:
         done = run({"cmd": command, "timeout": INSTALL_TIMEOUT, "limit": 4000, "env": env})
         if done["exit_code"] != 0:
