@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from repogym.envs.core.errors import InstallFailed, RunnerExited, RunnerTimeout, SandboxError, SandboxKilledByAgent, SandboxRequestError
 from repogym.envs.core.ticker import ticking
-from repogym.envs.sandbox import install_cache
+import repogym.envs.sandbox.install_cache as install_cache
 from repogym.envs.sandbox.snapshot import RepoSnapshot
 
 log = logging.getLogger(__name__)
