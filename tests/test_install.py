@@ -154,6 +154,9 @@ def test_a_setuptools_scm_project_installs_with_the_version_its_tags_give(scm_ta
         sandbox.load(snapshot(task))
         probe = sandbox.run("python -c 'import scmcalc; print(scmcalc.__version__, scmcalc.installed_version())'")
         assert probe.ok and probe.stdout.split() == ["3.1.0", "3.1.0"], probe.stderr
+        # What asks git at run time (astropy's version module does) gets it too, as it would in a tagged clone.
+        asked = sandbox.run("python -c 'import setuptools_scm; print(setuptools_scm.get_version())'")
+        assert asked.ok and asked.stdout.strip() == "3.1.0", asked.stderr
     finally:
         sandbox.close()
 

@@ -102,9 +102,9 @@ def test_a_commit_gets_the_version_its_tags_give_through_a_mirror_and_its_instal
     assert view != mirror.resolve()  # read through the view, which got the mirror's tags from its files
     assert [repos.scm_version(view, c) for c in (v1, v2, v3, v4)] == ["1.4.0", "1.4.1.dev1", "2.0rc1", "2.0.dev1"]
     installing = snapshot(task(v2, install="python -m pip install -e ."))
-    assert installing.install_env == (("SETUPTOOLS_SCM_PRETEND_VERSION", "1.4.1.dev1"),)
+    assert installing.tree_env == (("SETUPTOOLS_SCM_PRETEND_VERSION", "1.4.1.dev1"),)
     assert snapshot(task(v3, install="python -m pip install -e .")).key != installing.key
-    assert snapshot(task(v2)).install_env == ()  # nothing installs: no version to give
+    assert snapshot(task(v2)).tree_env == ()  # nothing installs: no version to give
     untagged = tmp_path / "untagged"
     _, last = make_repo(untagged)
     assert repos.scm_version(untagged, last) is None

@@ -283,7 +283,7 @@ class RunnerClient:
             with progress:
                 answer = self.request("load", tar=base64.b64encode(snapshot.tar).decode(),
                                       scratch=list(self.scratch_dirs), install=install,
-                                      install_env=dict(snapshot.install_env), products=products,
+                                      tree_env=dict(snapshot.tree_env), products=products,
                                       export=export, wait=240 + (INSTALL_TIMEOUT if steps else 0))
         except SandboxRequestError as exc:
             if install and "install step" in str(exc):

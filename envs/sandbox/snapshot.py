@@ -19,5 +19,6 @@ class RepoSnapshot:
     """An uncompressed tar of the tree, paths relative to the repository root."""
     install: tuple[str, ...] = ()
     """Shell commands run in the loaded tree before its base commit is made (the task's install steps)."""
-    install_env: tuple[tuple[str, str], ...] = ()
-    """Environment variables of those commands (``SETUPTOOLS_SCM_PRETEND_VERSION``: the commit's version)."""
+    tree_env: tuple[tuple[str, str], ...] = ()
+    """Environment variables the install steps and every later command in the loaded tree get
+    (``SETUPTOOLS_SCM_PRETEND_VERSION``: the commit's version, which a one-commit tree without tags cannot give)."""

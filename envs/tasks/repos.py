@@ -361,7 +361,8 @@ def repo_path(task: Task) -> Path:
 def snapshot(task: Task) -> RepoSnapshot:
     """The tree at the task's base commit, with the task's install steps (``setup.pre_install``, ``setup.install``)
     and, where the repository's tags give the commit a version (:func:`scm_version`), that version for setuptools-scm
-    to use while they run (``SETUPTOOLS_SCM_PRETEND_VERSION``)."""
+    (``SETUPTOOLS_SCM_PRETEND_VERSION``) in the install steps and every later command: a project that asks git for its
+    version at import (astropy) gets it too."""
     reader = _locate(task)[1]
     tree = snapshot_of(str(reader), task.base_commit)
     steps = install_steps(task.setup)
@@ -370,7 +371,7 @@ def snapshot(task: Task) -> RepoSnapshot:
     version = scm_version(reader, task.base_commit)
     env = (("SETUPTOOLS_SCM_PRETEND_VERSION", version),) if version else ()
     digest = hashlib.sha256("\n".join(steps + tuple(f"{k}={v}" for k, v in env)).encode()).hexdigest()[:12]
-    return dataclasses.replace(tree, key=f"{tree.key}+install:{digest}", install=steps, install_env=env)
+    return dataclasses.replace(tree, key=f"{tree.key}+install:{digest}", install=steps, tree_env=env)
 
 
 SNAPSHOT_CACHE_BYTES = int(os.environ.get("REPOGYM_SNAPSHOT_CACHE_MB", "256")) << 20

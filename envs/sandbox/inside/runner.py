@@ -62,6 +62,7 @@ GIT_KEEP = {"HEAD", "index", "objects", "refs", "logs", "packed-refs", "ORIG_HEA
 GIT_KEEP_DIRS = {"objects", "refs", "logs"}
 BASE_TAG = "repogym-base"
 INSTALL_DIR = ".repogym-install"  # where a task's install step puts what pip makes (see _install)
+TREE_ENV = ("SETUPTOOLS_SCM_PRETEND_VERSION",)  # what a load may set for every command of its tree
 INSTALL_TIMEOUT = 900.0
 # base commit id, tar of the pristine .git, its config, and the tree's metadata (see _put_back_metadata)
 _BASE = {"commit": None, "git": None, "config": None, "meta": {}}
@@ -141,6 +142,7 @@ def run(req):
     limit = int(req.get("limit", 65536))
     cwd = _inside(req.get("cwd") or ".")
     env = dict(os.environ)
+    env.update(_BASE.get("env") or {})  # the loaded tree's (its version for setuptools-scm)
     env.update(req.get("env") or {})
     start = time.monotonic()
     proc = subprocess.Popen(AGENT["prefix"] + ["/bin/bash", "-c", cmd], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
@@ -316,6 +318,9 @@ def load(req):
     _git("config", "user.email", "agent@repogym.invalid")
     _git("add", "-A")
     _git("commit", "-q", "--allow-empty", "-m", "base")
+    # The host's (the commit's version, the tree having no tags to give it): names of a fixed set only. Install
+    # steps and every later command see them, as they would the tags in a clone.
+    _BASE["env"] = {k: str(v) for k, v in (req.get("tree_env") or {}).items() if k in TREE_ENV}
     products, exported = req.get("products"), None
     if products is not None:  # what the same install made in this environment before (the host's cache)
         _extract(products["tar"], ROOT, True)
@@ -323,7 +328,7 @@ def load(req):
             full = os.path.join(_inside(os.path.dirname(path) or "."), os.path.basename(path))
             if os.path.lexists(full):
                 os.remove(full)
-    elif _install(req.get("install") or [], req.get("install_env") or {}) and req.get("export"):
+    elif _install(req.get("install") or []) and req.get("export"):
         exported = _install_products()
     if products is not None or req.get("install"):
         # What the install made (metadata, generated modules, the editable hook) is part of the base: reset keeps it.
@@ -365,7 +370,7 @@ def _install_products():
     return {"tar": base64.b64encode(buf.getvalue()).decode(), "deleted": deleted}
 
 
-def _install(commands, extra_env):
+def _install(commands):
     """Run the task's install steps as the agent, in the fresh tree, before the base is tagged; True if any ran.
 
     pip installs into ``INSTALL_DIR`` (``PIP_TARGET``: the environment's own site-packages are read-only), from
@@ -378,8 +383,6 @@ def _install(commands, extra_env):
            # An editable install that puts the project's folder on sys.path, as `setup.py develop` did (and the
            # datasets' environments have): tools that map files to modules through sys.path (astroid) need it.
            "PIP_CONFIG_SETTINGS": "editable_mode=compat"}
-    # The host's (a setuptools-scm version, the tree having no tags): names and values of a fixed shape only.
-    env.update({k: str(v) for k, v in extra_env.items() if k == "SETUPTOOLS_SCM_PRETEND_VERSION"})
     for command in commands:
         done = run({"cmd": command, "timeout": INSTALL_TIMEOUT, "limit": 4000, "env": env})
         if done["exit_code"] != 0:
@@ -727,6 +730,7 @@ def import_state(req):
     _TREE.clear()
     _BASE["config"] = base64.b64decode(base["config"]) if base.get("config") else None
     _BASE["meta"] = base.get("meta") or {}
+    _BASE["env"] = {k: str(v) for k, v in (base.get("env") or {}).items() if k in TREE_ENV}
     _SETTLED.clear()  # another file system: every path is looked at in full on the next reset
     return {"killed": killed}
 
