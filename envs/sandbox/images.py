@@ -143,8 +143,8 @@ def _toolchain_layer(client, log, python: str, toolchain: str, *, pull: bool) ->
     try:
         _build(client, dockerfile, {}, name, network=True, log=log)
     except SandboxError as exc:
-        log(f"installing the {toolchain} toolchain over {plain} failed ({exc.message.splitlines()[-1][:160]}); "
-            "debootstrapping it whole")
+        why = (exc.message.strip().splitlines() or ["no output"])[-1][:160]
+        log(f"installing the {toolchain} toolchain over {plain} failed ({why}); debootstrapping it whole")
         return _debootstrap_import(client, log, python, toolchain)
     log(f"built {name} over {plain}")
     return name

@@ -76,9 +76,10 @@ def resolve(roots: list[tuple[str, str]], python: str, date: datetime.datetime |
     notes: dict[str, str] = {}
     dropped: dict[str, str] = {}  # releases that need something with no wheel: the image's build would fail on them
     held: dict[str, tuple[str, str]] = {}  # name -> (requirement, why): an asker moved back to end a conflict
-    relaxed: dict[str, str] = {}  # pytest plugins whose project pins were made for an older pytest than pinned
+    relaxed: dict[str, str] = {}
     for _ in range(MAX_ROUNDS):
         wants: dict[str, _Want] = {}
+        relaxed = {}  # this round's pytest plugins whose project pins were made for an older pytest than pinned
         lifted = _lifted_pytest(picked.get("pytest"), roots, python)
         for index, (line, source) in enumerate(roots + list(held.values())):
             plugin = _pytest_plugin(line)
