@@ -12,7 +12,8 @@ Build toolchain (``setup.toolchain: "build"``): the base image is a variant, ``r
 plain base with :data:`BUILD_PACKAGES` installed over it by apt (gcc, g++, gfortran, make, the image's Python
 headers, pkg-config and the ``-dev`` headers scientific builds link: freetype, libpng, OpenBLAS/LAPACK, zlib), or
 debootstrapped whole with them where Debian's archive does not answer a build. A project with C, C++, Fortran or
-Cython extensions builds in place (its Cython and numpy come as wheels from ``setup.pip``). Without the key, images carry no compiler.
+Cython extensions builds in place (its Cython and numpy come as wheels from ``setup.pip``). Without the key,
+images carry no compiler.
 
 Vendored copies (``setup.hide_vendored``: package names, e.g. ``["requests"]``): pip carries copies of
 projects (``pip/_vendor/requests``); a task on such a project would find a later version of it, the fix often
