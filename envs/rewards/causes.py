@@ -8,8 +8,7 @@ grading) and
 - ``needs_network``: the failure shows the network missing (DNS that cannot resolve, a network or host that
   cannot be reached): sandboxes have no network;
 - ``missing_dependency``: ``ModuleNotFoundError`` / ``ImportError: No module named X`` for a module the repository
-  does not hold (a conda-only package, an optional dependency the environment lacks).
-
+  does not hold (a conda-only package, an optional dependency the environment lacks);
 - ``expected_failure``: the test is marked ``xfail`` and failed as marked (its outcome says so; no second run).
   SWE-bench's grading counts an XFAIL as a pass, so its rows list such tests as PASS_TO_PASS; repogym counts
   only a pass, since code under test could mark the tests it breaks as expected failures.
@@ -119,8 +118,8 @@ def diagnose(task: Task, tests: list[str], make_sandbox: Callable[[], Sandbox], 
                 sandbox.write_file(path, text.encode())
                 sandbox.run(f"git apply --whitespace=nowarn {path}; rm -f {path}", timeout=120)
         # As grading runs pytest (envs/sandbox/testrun.py): no plugin loads by itself; those the environment
-        # installed are named, so a test that needs another fails here as it does there. Wide columns: pytest cuts summary lines at the terminal's
-        # width. A file that does not import must not keep the others from running.
+        # installed are named, so a test that needs another fails here as it does there. Wide columns: pytest cuts
+        # summary lines at the terminal's width. A file that does not import must not keep the others from running.
         command = (f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTEST_ADDOPTS= PYTEST_PLUGINS= COLUMNS=400 {task.test_command} "
                    f"{environment_plugin_args()} --tb=long -rfE --maxfail=0 --continue-on-collection-errors "
                    + " ".join(shlex.quote(t) for t in tests))
