@@ -381,8 +381,12 @@ def test_a_container_dead_from_inside_is_the_agents_zero_and_one_killed_from_out
 
 
 def test_commands_run_as_the_unprivileged_agent_and_die_first_under_memory_pressure(env):
-    obs = bash(env, "id -u; grep CapEff /proc/self/status; cat /proc/self/oom_score_adj")[0].split()
-    assert obs == ["1000", "CapEff:", "0000000000000000", "1000"], obs
+    obs = bash(env, "id -u; grep CapEff /proc/self/status; cat /proc/self/oom_score_adj; grep Uid /proc/self/status; "
+                    "cat /proc/$PPID/oom_score_adj")[0].split()
+    # Real, effective, saved and filesystem uids all the agent's: nothing to return to root with. The runner (the
+    # command's parent) raises its own score only while it spawns a command, and is back to its own after.
+    assert obs[:8] == ["1000", "CapEff:", "0000000000000000", "1000", "Uid:", "1000", "1000", "1000"], obs
+    assert obs[8:] == ["1000", "0"], obs
 
 
 def test_fifos_and_sockets_cannot_hang_the_runner(env, tiny_task):

@@ -78,10 +78,33 @@ _SETTLED = {}
 _SCRATCH_MODES = {}  # each scratch folder's mode when first seen (before any command of the agent's)
 LIBC = ctypes.CDLL(None, use_errno=True)
 AGENT = {"uid": None, "prefix": []}  # the uid commands run as; the nested-namespace launcher, if any
+# This process's OOM score file, held open from before it stops being dumpable (its /proc files are root's after),
+# and its own score. Each command is spawned while this process's score is 1000, which the child keeps from the
+# fork, and the score is put back at once: no Python of ours runs in the child, which can then start by vfork (or
+# a fork in C), where a function run in the child cost as much as the command's own start (_spawn).
+OOM = {"fd": None, "own": b"0"}
+
+
+def _open_oom_score():
+    """``{"fd", "own"}`` when this process can raise its OOM score to 1000 and put it back; else ``{}``."""
+    try:
+        fd = os.open("/proc/self/oom_score_adj", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    try:
+        own = os.pread(fd, 16, 0).strip() or b"0"
+        os.pwrite(fd, own, 0)  # as root (docker): also the floor it may come back down to without privilege
+        os.pwrite(fd, b"1000", 0)
+        os.pwrite(fd, own, 0)
+    except OSError:
+        os.close(fd)
+        return {}
+    return {"fd": fd, "own": own}
 
 
 def _harden():
     """Put this process out of the agent's reach (see the module docstring); returns what holds."""
+    OOM.update(_open_oom_score())
     uid = os.environ.pop("REPOGYM_AGENT_UID", "")
     if uid and os.getuid() == 0:
         uid = int(uid)
@@ -101,8 +124,21 @@ def _harden():
     return {"agent_uid": AGENT["uid"], "nested": bool(AGENT["prefix"])}
 
 
+def _spawn(argv, **popen):
+    """Start ``argv`` as the agent: all three uids the agent's, in its nested namespace (if any), in a session of
+    its own, the OOM killer's first choice. (``user=`` sets the real and effective uid, so the saved one follows.)"""
+    if OOM["fd"] is None or sys.version_info < (3, 9):  # (``user=`` is Python 3.9's)
+        return subprocess.Popen(AGENT["prefix"] + argv, start_new_session=True, preexec_fn=_as_agent, **popen)
+    os.pwrite(OOM["fd"], b"1000", 0)
+    try:
+        return subprocess.Popen(AGENT["prefix"] + argv, start_new_session=True, user=AGENT["uid"], **popen)
+    finally:
+        os.pwrite(OOM["fd"], OOM["own"], 0)
+
+
 def _as_agent():
-    """Runs in each command's child before exec: the agent's uid, if set; the OOM killer takes it first."""
+    """Runs in each command's child before exec where :func:`_spawn` cannot do without it: the agent's uid, if
+    set; the OOM killer takes it first."""
     if AGENT["uid"] is not None:
         os.setresuid(AGENT["uid"], AGENT["uid"], AGENT["uid"])
     # The child inherits the runner's non-dumpable flag, which makes its /proc files root's: writable again
@@ -145,9 +181,8 @@ def run(req):
     env.update(_BASE.get("env") or {})  # the loaded tree's (its version for setuptools-scm)
     env.update(req.get("env") or {})
     start = time.monotonic()
-    proc = subprocess.Popen(AGENT["prefix"] + ["/bin/bash", "-c", cmd], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=_as_agent)
+    proc = _spawn(["/bin/bash", "-c", cmd], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                  stderr=subprocess.PIPE)
     bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     totals = {proc.stdout: 0, proc.stderr: 0}
     sel = selectors.DefaultSelector()
@@ -236,9 +271,8 @@ def _git_chain(commands, check=True):
     common = ["git", *GIT_ID, *GIT_SAFE]
     argv = common + commands[0] if len(commands) == 1 else [
         "/bin/sh", "-c", " && ".join(shlex.join(common + command) for command in commands)]
-    proc = subprocess.Popen(AGENT["prefix"] + argv, cwd=ROOT, env=GIT_ENV,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True, preexec_fn=_as_agent)
+    proc = _spawn(argv, cwd=ROOT, env=GIT_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                  stderr=subprocess.PIPE)
     try:
         out, err = proc.communicate(timeout=GIT_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -523,7 +557,13 @@ def _clean_scratch(folders):
             except OSError:
                 pass
     if _ipc_objects() and shutil.which("ipcrm"):
-        subprocess.run(AGENT["prefix"] + ["ipcrm", "--all"], capture_output=True, preexec_fn=_as_agent, timeout=30)
+        proc = _spawn(["ipcrm", "--all"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            _killpg(proc.pid)
+            proc.wait()
 
 
 def reset(req):
