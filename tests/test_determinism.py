@@ -3,8 +3,9 @@
 For each task the gold patch and the empty patch are graded several times; every grade of one patch must agree
 exactly on the status and on the outcome of every graded test, gold must resolve and empty must not. A disagreement
 names the task, the patch and the tests whose outcome changed (a flaky task, or a grader that is not deterministic),
-rather than being retried away. (On docker, every builtin task's gold patch is graded five times by
-test_builtin_suite's validation sweep, which fails on the same disagreements: ``repogym validate --gold-runs 5``.)
+rather than being retried away. (On docker, every builtin task's gold and empty patches are graded twice each by
+test_builtin_suite's validation sweep, which fails on the same disagreements; ``repogym validate --gold-runs 5`` grades
+the gold patch five times.)
 
 Each grade gets a fresh sandbox, as episodes get them: a warm :class:`SandboxPool` per task (of sandboxes
 health-checked and holding the base, as an env's grading pool keeps them) makes the next one ready while the

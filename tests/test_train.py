@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -280,13 +281,22 @@ def test_train_cli_reports_a_bad_config_without_a_traceback(tmp_path, capsys):
 # -- real runs (slow) ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def sft_model(tmp_path_factory) -> Path:
-    """A tiny model warm-started on the oracle's trajectories of TASKS (so some episodes succeed)."""
-    run_dir = tmp_path_factory.mktemp("sft-run")
-    config = _config(run_dir, sft={"steps": 60, "batch_size": 2, "lr": 0.003, "agent": "oracle",
-                                   "agent_options": {"style": "edit"}}, train={"steps": 0})
-    Trainer(config, progress=False).run()
-    assert (run_dir / "sft" / "model" / "config.json").exists()
-    return run_dir / "sft" / "model"
+    """A tiny model warm-started on the oracle's trajectories of TASKS (so some episodes succeed), trained once per
+    session: xdist's workers (the Ray tests run on one, the others on another) share the folder their own temporary
+    folders sit in, and the first to ask trains it under a lock while the others wait for it."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's folder, never older ones
+    run_dir, model = root / "shared-sft-run", root / "shared-sft-run" / "sft" / "model"
+    with open(root / "shared-sft-run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (model / "config.json").exists():
+            config = _config(run_dir, sft={"steps": 60, "batch_size": 2, "lr": 0.003, "agent": "oracle",
+                                           "agent_options": {"style": "edit"}}, train={"steps": 0})
+            Trainer(config, progress=False).run()
+        assert (model / "config.json").exists()
+    return model
 
 
 @pytest.mark.slow

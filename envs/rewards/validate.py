@@ -217,9 +217,9 @@ def _causes_note(tests: list[str], result: Validation) -> str:
 def validate_tasks(tasks: list[Task], factory_for: Callable[[Task], Callable[[], Sandbox]], workers: int = 2,
                    on_result: Callable[[Validation], None] | None = None,
                    agent_factory_for: Callable[[Task], Callable[[], Sandbox]] | None = None,
-                   coverage: bool = True, gold_runs: int = 1) -> list[Validation]:
-    """Validate many tasks, ``workers`` at a time; ``on_result`` sees each verdict as it lands; ``coverage`` and
-    ``gold_runs``: as :func:`validate_task`.
+                   coverage: bool = True, gold_runs: int = 1, runs: int = BASELINE_RUNS) -> list[Validation]:
+    """Validate many tasks, ``workers`` at a time; ``on_result`` sees each verdict as it lands; ``coverage``,
+    ``gold_runs`` and ``runs`` (the empty patch's grades): as :func:`validate_task`.
 
     ``agent_factory_for``: sandboxes for the no-leak check, made as episodes get them (default: ``factory_for``).
     A task whose repository or base commit cannot be had gets a ``no_source`` verdict, and one whose factory cannot
@@ -240,7 +240,7 @@ def validate_tasks(tasks: list[Task], factory_for: Callable[[Task], Callable[[],
             verdict = Validation(task.instance_id)
             verdict.fail("env_build", f"environment not built: {type(exc).__name__}: {exc}"[:1200])
             return verdict
-        return validate_task(task, make, make_agent_sandbox=make_agent, coverage=coverage, gold_runs=gold_runs)
+        return validate_task(task, make, runs, make_agent_sandbox=make_agent, coverage=coverage, gold_runs=gold_runs)
 
     def one(task: Task) -> Validation:
         verdict = verdict_of(task)
