@@ -296,7 +296,7 @@ class RepoTaskEnv(gym.Env):
                 obs, info["exit_code"], info["error"] = result.output, result.exit_code, result.error
                 info.update(result.data)  # the tool's own facts (StepInfo lists the builtin tools')
                 if tool.edits:
-                    obs += self._note_edit()
+                    obs += self._note_edit(result.tree)
         except ToolError as exc:
             obs, info["error"] = f"error ({exc.kind}): {exc.message}", exc.kind
         except SandboxKilledByAgent as exc:
@@ -388,12 +388,13 @@ class RepoTaskEnv(gym.Env):
                         "message": f"wall-time budget of {c.max_wall_s:g}s reached ({used:.1f}s)"}
         return None
 
-    def _note_edit(self) -> str:
-        """Record whether the repository's content changed (whatever tool did it, bash included); returns a
-        note for the observation when that cannot be told (a full disk, say)."""
+    def _note_edit(self, tree: str | None = None) -> str:
+        """Record whether the repository's content changed (whatever tool did it, bash included; ``tree``: its id
+        after the call, when the tool told it); returns a note for the observation when that cannot be told (a full
+        disk, say)."""
         episode = self.ctx.episode
         try:
-            tree = self._sandbox.tree_id()
+            tree = tree or self._sandbox.tree_id()
         except SandboxRequestError as exc:
             episode.last_edit_turn = self.turn
             return f"\n[note: git could not record the repository's state: {exc}]"

@@ -284,10 +284,15 @@ def test_episode_state_records_turns_edits_and_test_runs(env):
     assert isinstance(run, TestRunRecord) and (run.turn, run.tests) == (2, ["tests/test_ops.py"])
     assert run.outcomes["tests/test_ops.py::test_clamp_inside"] == "passed"
     assert episode_facts.tests_since_last_edit(first) == run.outcomes
+    box, ops = env.unwrapped._sandbox, []
+    ask = box.request
+    box.request = lambda op, **fields: ops.append(op) or ask(op, **fields)
     env.step(call("bash", command="true"))  # an editing tool that changed nothing is no edit
     assert (first.turn, first.last_edit_turn) == (3, 1) and episode_facts.ran_tests_since_last_edit(first)
     env.step(call("bash", command="echo '# later' >> calc/ops.py"))
     assert first.last_edit_turn == 4 and episode_facts.tests_since_last_edit(first) == {}
+    assert ops == ["run", "run"]  # the tree id came with each command's answer: one round trip a bash step
+    del box.request
     env.reset()
     assert env.ctx.episode is not first and env.ctx.episode == EpisodeState()
 

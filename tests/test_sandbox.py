@@ -67,6 +67,17 @@ def test_run_returns_output_exit_code_and_duration(sandbox):
     assert sandbox.run("pwd", cwd="pkg").stdout.strip() == "/repo/pkg"
 
 
+def test_a_command_asked_for_the_tree_tells_what_tree_id_would_in_the_same_round_trip(sandbox):
+    assert sandbox.run("true").tree is None  # only when asked
+    unchanged = sandbox.run("cat a.py", tree=True)
+    assert unchanged.stdout == "x = 1\n" and unchanged.tree == sandbox.base_tree
+    edited = sandbox.run("echo y >> a.py && echo new > c.txt", tree=True)
+    assert edited.ok and edited.tree == sandbox.tree_id() != sandbox.base_tree
+    # A .git the command broke: the runner puts back what it needs, as for tree_id, and the answer still stands.
+    broken = sandbox.run("rm -rf .git && echo gone", tree=True)
+    assert broken.stdout == "gone\n" and broken.tree == sandbox.tree_id() == edited.tree
+
+
 def test_timeout_kills_the_whole_process_group(sandbox):
     start = time.monotonic()
     result = sandbox.run("(sleep 30; touch /repo/late) & sleep 30", timeout=1)

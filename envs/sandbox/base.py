@@ -28,6 +28,7 @@ INSIDE_DIR = Path(__file__).resolve().parent / "inside"
 REPO_DIR = "/repo"
 DEFAULT_OUTPUT_LIMIT = 64 * 1024
 INSTALL_TIMEOUT = 900.0  # the runner's own limit for a task's install steps (inside/runner.py)
+TREE_WAIT = 150.0  # seconds a tree id may take the runner (git write-tree of a large repository the agent filled)
 # The only writable places in a sandbox, each a size-limited tmpfs emptied or restored by reset.
 WRITABLE = {"/repo": "1g", "/tmp": "512m", "/home/agent": "256m", "/var/tmp": "256m"}
 
@@ -43,6 +44,9 @@ class CommandResult:
     duration_s: float
     truncated: bool = False
     """Output went past the limit and was cut."""
+    tree: str | None = None
+    """The working tree's id after the command (:meth:`Sandbox.tree_id`), when ``run`` was asked for it and could
+    tell it."""
 
     @property
     def ok(self) -> bool:
@@ -104,8 +108,9 @@ class Sandbox(Protocol):
         """Make the repository the snapshot, committed once as the base."""
 
     def run(self, command: str, *, timeout: float | None = None, cwd: str | None = None,
-            output_limit: int | None = None, env: dict[str, str] | None = None) -> CommandResult:
-        """Run a shell command in the repository (or ``cwd`` inside it)."""
+            output_limit: int | None = None, env: dict[str, str] | None = None, tree: bool = False) -> CommandResult:
+        """Run a shell command in the repository (or ``cwd`` inside it); ``tree``: also tell the tree id after it
+        (:attr:`CommandResult.tree`, ``None`` where :meth:`tree_id` would have raised), in the same round trip."""
 
     def read_file(self, path: str, limit: int = 1 << 20) -> bytes:
         """A file's bytes (path relative to the repository root)."""
@@ -294,13 +299,14 @@ class RunnerClient:
         self.snapshot_key, self.base_tree = snapshot.key, answer["tree"]
 
     def run(self, command: str, *, timeout: float | None = None, cwd: str | None = None,
-            output_limit: int | None = None, env: dict[str, str] | None = None) -> CommandResult:
+            output_limit: int | None = None, env: dict[str, str] | None = None, tree: bool = False) -> CommandResult:
         timeout = self.config.default_timeout if timeout is None else float(timeout)
         limit = self.config.output_limit if output_limit is None else int(output_limit)
         self.agent_ran = True  # from now on the agent's processes may be what breaks this sandbox
-        a = self.request("run", cmd=command, timeout=timeout, cwd=cwd, limit=limit, env=env or {},
-                         wait=timeout + self.config.answer_slack)
-        return CommandResult(a["stdout"], a["stderr"], a["exit_code"], a["timed_out"], a["duration"], a["truncated"])
+        a = self.request("run", cmd=command, timeout=timeout, cwd=cwd, limit=limit, env=env or {}, tree=tree,
+                         wait=timeout + self.config.answer_slack + (TREE_WAIT if tree else 0))
+        return CommandResult(a["stdout"], a["stderr"], a["exit_code"], a["timed_out"], a["duration"], a["truncated"],
+                             tree=a.get("tree"))
 
     def read_file(self, path: str, limit: int = 1 << 20) -> bytes:
         a = self.request("read", path=path, limit=limit)
@@ -323,7 +329,7 @@ class RunnerClient:
 
     def tree_id(self) -> str:
         """A fingerprint of the working tree's content: it changes exactly when :meth:`diff` would."""
-        return self.request("tree", wait=150)["tree"]
+        return self.request("tree", wait=TREE_WAIT)["tree"]
 
     def staging_folder(self, nonce: str) -> str | None:
         """The runner's folder for one test run, out of the agent's reach (docker: a root-owned tmpfs, see

@@ -21,6 +21,8 @@ class ToolResult:
     error: str | None = None
     """Error kind when the call failed (``bad_arguments``, ``path_outside_repo``, ``timeout``, ...)."""
     data: dict[str, Any] = field(default_factory=dict)
+    tree: str | None = None
+    """The repository's tree id after the call, when the tool could tell it on the way (saves the env asking)."""
 
 
 @dataclass

@@ -34,11 +34,12 @@ def run_bash(ctx: ToolContext, args: dict) -> ToolResult:
     timeout = args.get("timeout", ctx.command_timeout)
     if not 0 < timeout <= ctx.max_timeout:
         raise ToolError("bad_arguments", f"bash: timeout must be in (0, {ctx.max_timeout:g}] seconds, got {timeout}")
-    result = ctx.sandbox.run(command, timeout=timeout)
+    result = ctx.sandbox.run(command, timeout=timeout, tree=True)  # the env's edit check asks for it next
     text = format_command_output(result.stdout, result.stderr, result.exit_code, result.timed_out, timeout,
                                  result.truncated)
     return ToolResult(text, exit_code=result.exit_code, error="timeout" if result.timed_out else None,
-                      data={"timed_out": result.timed_out, "command_duration_s": round(result.duration_s, 4)})
+                      data={"timed_out": result.timed_out, "command_duration_s": round(result.duration_s, 4)},
+                      tree=result.tree)
 
 
 BASH = Tool(

@@ -213,11 +213,18 @@ def run(req):
     for stream in bufs:
         stream.close()
     code = proc.wait()
+    duration = time.monotonic() - start
     out, out_cut = _decode(bytes(bufs[proc.stdout][:limit]), totals[proc.stdout], limit)
     err, err_cut = _decode(bytes(bufs[proc.stderr][:limit]), totals[proc.stderr], limit)
-    return {"stdout": out, "stderr": err, "exit_code": -9 if timed_out else code, "timed_out": timed_out,
-            "duration": time.monotonic() - start, "stdout_bytes": totals[proc.stdout],
-            "stderr_bytes": totals[proc.stderr], "truncated": out_cut or err_cut}
+    answer = {"stdout": out, "stderr": err, "exit_code": -9 if timed_out else code, "timed_out": timed_out,
+              "duration": duration, "stdout_bytes": totals[proc.stdout], "stderr_bytes": totals[proc.stderr],
+              "truncated": out_cut or err_cut}
+    if req.get("tree"):  # the tree id after the command, as a `tree` request would give it (a round trip fewer)
+        try:
+            answer["tree"] = tree(req)["tree"]
+        except (RuntimeError, OSError) as exc:  # the agent's .git, say: the command's answer stands without it
+            answer["tree_error"] = f"{type(exc).__name__}: {exc}"
+    return answer
 
 
 def _killpg(pid):
