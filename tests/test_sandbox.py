@@ -78,6 +78,21 @@ def test_a_command_asked_for_the_tree_tells_what_tree_id_would_in_the_same_round
     assert broken.stdout == "gone\n" and broken.tree == sandbox.tree_id() == edited.tree
 
 
+def test_a_slow_tree_id_after_a_command_is_not_taken_for_a_hung_runner(backend):
+    # The answer may come later than the command's timeout and the slack: the runner says when the command is done,
+    # and the tree id (here: staging 40,000 new files) gets what a tree_id request gets from then on.
+    box = make_sandbox(backend, SandboxConfig(run_id="pytest", answer_slack=0.2))
+    try:
+        box.load(tar_of({"a.py": b"x = 1\n"}))
+        assert box.run("mkdir many && cd many && seq 1 40000 | xargs touch", timeout=120).ok
+        start = time.monotonic()
+        result = box.run("true", timeout=0.5, tree=True)
+        assert time.monotonic() - start > 0.7, "the tree id came too fast to show anything"
+        assert result.ok and result.tree == box.tree_id() != box.base_tree and box.dirty_reason is None
+    finally:
+        box.close()
+
+
 def test_timeout_kills_the_whole_process_group(sandbox):
     start = time.monotonic()
     result = sandbox.run("(sleep 30; touch /repo/late) & sleep 30", timeout=1)

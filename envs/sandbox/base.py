@@ -212,8 +212,9 @@ class RunnerClient:
         raise NotImplementedError
 
     # -- requests -------------------------------------------------------------------------------------
-    def request(self, op: str, *, wait: float = 60.0, **fields: Any) -> dict[str, Any]:
-        """Send one request and wait up to ``wait`` seconds for its answer."""
+    def request(self, op: str, *, wait: float = 60.0, then_wait: float = 0.0, **fields: Any) -> dict[str, Any]:
+        """Send one request and wait up to ``wait`` seconds for its answer, or for a progress line (the runner is past
+        the request's first part), and then ``then_wait`` seconds more."""
         if self._closed:
             raise SandboxError(f"sandbox.{self.backend}", "sandbox is closed")
         with self._lock:
@@ -224,7 +225,9 @@ class RunnerClient:
                 deadline = time.monotonic() + wait
                 while True:
                     answer = json.loads(self._recv_line(deadline))
-                    if answer.get("id") == rid:
+                    if answer.get("id") == rid and answer.get("progress"):
+                        deadline = time.monotonic() + then_wait
+                    elif answer.get("id") == rid:
                         break
             except (RunnerExited, RunnerTimeout, BrokenPipeError, ConnectionError) as exc:
                 self.dirty_reason = f"runner lost during {op}: {exc}"
@@ -303,8 +306,10 @@ class RunnerClient:
         timeout = self.config.default_timeout if timeout is None else float(timeout)
         limit = self.config.output_limit if output_limit is None else int(output_limit)
         self.agent_ran = True  # from now on the agent's processes may be what breaks this sandbox
+        # A command that hangs the runner is found after the slack as ever; the tree id after it gets what a
+        # tree_id gets, counted from the runner's word that the command is done.
         a = self.request("run", cmd=command, timeout=timeout, cwd=cwd, limit=limit, env=env or {}, tree=tree,
-                         wait=timeout + self.config.answer_slack + (TREE_WAIT if tree else 0))
+                         wait=timeout + self.config.answer_slack, then_wait=TREE_WAIT)
         return CommandResult(a["stdout"], a["stderr"], a["exit_code"], a["timed_out"], a["duration"], a["truncated"],
                              tree=a.get("tree"))
 

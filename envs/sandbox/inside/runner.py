@@ -220,6 +220,7 @@ def run(req):
               "duration": duration, "stdout_bytes": totals[proc.stdout], "stderr_bytes": totals[proc.stderr],
               "truncated": out_cut or err_cut}
     if req.get("tree"):  # the tree id after the command, as a `tree` request would give it (a round trip fewer)
+        _progress(req)  # the command is done: the host gives the tree the time a `tree` request gets, no more
         try:
             answer["tree"] = tree(req)["tree"]
         except (RuntimeError, OSError) as exc:  # the agent's .git, say: the command's answer stands without it
@@ -928,10 +929,20 @@ OPS = {"run": run, "tree": tree, "read": read, "write": write, "load": load, "re
 HARDENED = {}
 
 
+def _answer(req, answer):
+    answer["id"] = req.get("id")
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+
+
+def _progress(req):
+    """Tell the host that ``req`` is past its first part (a line before its answer, with its id)."""
+    _answer(req, {"progress": True})
+
+
 def main():
     HARDENED.update(_harden())
     os.makedirs(ROOT, exist_ok=True)
-    out = sys.stdout
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -942,9 +953,7 @@ def main():
         except Exception as exc:  # every failure is an answer, never a dead runner
             answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
             req = req if isinstance(locals().get("req"), dict) else {}
-        answer["id"] = req.get("id")
-        out.write(json.dumps(answer) + "\n")
-        out.flush()
+        _answer(req, answer)
 
 
 if __name__ == "__main__":
