@@ -343,6 +343,12 @@ def _remove(path):
         shutil.rmtree(path)
 
 
+def _tree_env(given):
+    """The variables of ``given`` (the host's, a load's or an exported state's) that a tree may set: names of
+    :data:`TREE_ENV` only, values as strings."""
+    return {k: str(v) for k, v in (given or {}).items() if k in TREE_ENV}
+
+
 def load(req):
     """Replace the repository with a snapshot (a tar) committed as the one base commit; nothing of an earlier
     task survives (processes, scratch folders, IPC objects)."""
@@ -362,7 +368,7 @@ def load(req):
     _git("commit", "-q", "--allow-empty", "-m", "base")
     # The host's (the commit's version, the tree having no tags to give it): names of a fixed set only. Install
     # steps and every later command see them, as they would the tags in a clone.
-    _BASE["env"] = {k: str(v) for k, v in (req.get("tree_env") or {}).items() if k in TREE_ENV}
+    _BASE["env"] = _tree_env(req.get("tree_env"))
     products, exported = req.get("products"), None
     if products is not None:  # what the same install made in this environment before (the host's cache)
         _extract(products["tar"], ROOT, True)
@@ -778,7 +784,7 @@ def import_state(req):
     _TREE.clear()
     _BASE["config"] = base64.b64decode(base["config"]) if base.get("config") else None
     _BASE["meta"] = base.get("meta") or {}
-    _BASE["env"] = {k: str(v) for k, v in (base.get("env") or {}).items() if k in TREE_ENV}
+    _BASE["env"] = _tree_env(base.get("env"))
     _SETTLED.clear()  # another file system: every path is looked at in full on the next reset
     return {"killed": killed}
 
