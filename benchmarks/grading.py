@@ -33,7 +33,8 @@ from repogym.envs.tasks.suites import load_suite
 def phase_of(method: str, what: str) -> str:
     """The grading phase a sandbox call belongs to, read from the call itself."""
     if method != "run":
-        return {"load": "base load", "write_file": "writes", "read_file": "reads"}.get(method, method)
+        return {"load": "base load", "write_file": "writes", "read_file": "reads",
+                "staging_folder": "stage launcher"}.get(method, method)
     for needle, phase in (("import pytest", "health check"), ("import sys", "health check"), ("true", "health check"),
                           (".repogym-agent.patch", "patch apply"), ("git add -A -f", "tamper list"),
                           ("git checkout repogym-base", "tamper revert"), (".repogym-test.patch", "test_patch"),
@@ -76,7 +77,7 @@ class Recording:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
-        if name not in ("run", "load", "write_file", "read_file") or not callable(attr):
+        if name not in ("run", "load", "write_file", "read_file", "staging_folder") or not callable(attr):
             return attr
 
         def timed(*args, **kwargs):

@@ -454,15 +454,20 @@ def test_the_stream_fails_closed_and_a_second_session_end_shows():
     assert outcomes == {"a": "failed", "c": "error"} and passes == 2 and finish == -1 and unreadable == 1
 
 
-def test_a_report_file_changed_after_the_frame_is_not_trusted():
+def test_a_report_stream_changed_or_cut_after_the_frame_is_not_trusted():
     raw = stream({"id": "a", "when": "call", "outcome": "failed"}, {"finish": 1})
     frame = {"exit": 1, "sha256": hashlib.sha256(raw.encode()).hexdigest(), "summary": "1 failed in 0.1s"}
-    stdout = f"F\n1 failed in 0.1s\n\nKEY {json.dumps(frame)}\n"
-    good = _read_stream(stdout, "", raw, "KEY")
+    # What the tests printed may hold a frame of their own (they cannot know the key): the launcher's comes last.
+    printed = f"F\nOTHER {json.dumps({**frame, 'exit': 0})}\n{raw}1 failed in 0.1s\n"
+    stdout = f"{printed}\nKEY {json.dumps(frame)}\n{raw}"
+    good = _read_stream(stdout, "", "KEY")
     assert good.outcomes == {"a": "failed"} and not good.problems and good.exit_status == 1
-    forged = _read_stream(stdout, "", raw.replace("failed", "passed"), "KEY")
+    assert good.log.startswith("F\nOTHER") and "KEY" not in good.log
+    forged = _read_stream(stdout.replace('"failed"}\n{"finish', '"passed"}\n{"finish'), "", "KEY")
     assert forged.outcomes == {} and "hash" in forged.problems[0]
-    unkeyed = _read_stream(stdout.replace("KEY", "OTHER"), "", raw, "KEY")
+    cut = _read_stream(stdout[:-5], "", "KEY")  # the runner's output limit reached inside the stream
+    assert cut.outcomes == {} and "hash" in cut.problems[0]
+    unkeyed = _read_stream(stdout.replace("KEY", "OTHER"), "", "KEY")
     assert unkeyed.outcomes == {} and "no frame" in unkeyed.problems[0]
 
 

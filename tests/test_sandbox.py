@@ -59,6 +59,23 @@ def test_a_backend_has_every_member_the_protocol_declares(sandbox):
     assert folder is None or sandbox.run(f"test -d {folder}").ok
 
 
+def test_a_staging_folder_comes_filled_with_the_harness_files_and_a_key_only_the_agent_reads(sandbox):
+    """The runner stages a test run itself (no command): the harness files copied from beside it, the key mode 0600
+    and the agent's, nothing else; a name that is not a plain file name stages nothing."""
+    folder = sandbox.staging_folder("0123abcd", {"launch_x.py": "repogym_launch.py", "rep.py": "repogym_report.py"},
+                                    key="k3y")
+    if sandbox.backend == "local":  # the agent's uid is the runner's: no place out of its reach (testrun stages in /tmp)
+        assert folder is None
+        return
+    listed = sandbox.run(f"cd {folder} && stat -c '%n %a %u' * && cat key && cmp launch_x.py "
+                         f"{sandbox.inside_dir}/repogym_launch.py && cmp rep.py {sandbox.inside_dir}/repogym_report.py")
+    assert listed.ok, listed.stderr
+    assert listed.stdout.splitlines() == ["key 600 1000", "launch_x.py 600 1000", "rep.py 600 1000", "k3y"]
+    assert not sandbox.run(f"touch {folder.rsplit('/', 1)[0]}/planted").ok  # its parent is root's
+    assert sandbox.staging_folder("0123abce", {"../escape.py": "repogym_launch.py"}, key="k3y") is None
+    assert not sandbox.run("ls /run/escape.py /run/repogym/escape.py").ok
+
+
 def test_run_returns_output_exit_code_and_duration(sandbox):
     result = sandbox.run("cat pkg/b.txt; echo oops >&2; exit 3")
     assert result.stdout == "hello\n" and result.stderr == "oops\n"

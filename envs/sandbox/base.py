@@ -136,9 +136,11 @@ class Sandbox(Protocol):
         """Become the sandbox ``state`` was exported from (its processes are not copied); :class:`SandboxError` for a
         state of another backend or repository folder."""
 
-    def staging_folder(self, nonce: str) -> str | None:
-        """A fresh folder for one test run that the agent cannot write to, holding nothing yet, or ``None`` when this
-        sandbox has no such place (the harness then stages in the agent's scratch folders)."""
+    def staging_folder(self, nonce: str, files: dict[str, str] | None = None, key: str = "") -> str | None:
+        """A fresh folder for one test run that the agent cannot write to, or ``None`` when this sandbox has no such
+        place (the harness then stages in the agent's scratch folders). It holds ``files`` (``{name there: harness
+        file in inside_dir}``) and, when ``key`` is given, ``key`` (only the agent's uid can read it): staged
+        without a command."""
 
     def close(self) -> None:
         """Free every resource; idempotent."""
@@ -336,11 +338,12 @@ class RunnerClient:
         """A fingerprint of the working tree's content: it changes exactly when :meth:`diff` would."""
         return self.request("tree", wait=TREE_WAIT)["tree"]
 
-    def staging_folder(self, nonce: str) -> str | None:
+    def staging_folder(self, nonce: str, files: dict[str, str] | None = None, key: str = "") -> str | None:
         """The runner's folder for one test run, out of the agent's reach (docker: a root-owned tmpfs, see
-        ``inside/runner.py`` ``stage``), or ``None`` when the runner has no such place or could not make it."""
+        ``inside/runner.py`` ``stage``), holding ``files`` and ``key``, or ``None`` when the runner has no such
+        place or could not make it."""
         try:
-            return self.request("stage", nonce=nonce).get("folder")
+            return self.request("stage", nonce=nonce, files=sorted((files or {}).items()), key=key).get("folder")
         except SandboxRequestError as exc:
             log.debug("no staging folder from the runner (%s): the harness stages in the scratch folders", exc)
             return None

@@ -250,13 +250,12 @@ def run_test_command(sandbox: Sandbox, test_command: str, files: list[str] | Non
     else:
         env.update({"REPOGYM_REPORT": report, "REPOGYM_REPORT_NONCE": nonce, "PYTHONPATH": folder})
         command = f"{test_command} {environment_plugin_args()} {args}"
-    result = sandbox.run(command, timeout=timeout, env=env, output_limit=256 * 1024)
+    result = sandbox.run(command, timeout=timeout, env=env, output_limit=LAUNCHED_OUTPUT_LIMIT)
     if result.timed_out:
         raise TestRunTimeout("sandbox.run_tests", f"tests ran past the harness timeout of {timeout:.0f}s")
-    name = "report.jsonl" if launch else "report.json"
-    raw = sandbox.run(f"cat {folder}/{name}; rm -rf {folder}", timeout=60, output_limit=16 << 20)
     if launch:
-        return _read_stream(result.stdout, result.stderr, raw.stdout, key)
+        return _read_stream(result.stdout, result.stderr, key)
+    raw = sandbox.run(f"cat {folder}/report.json; rm -rf {folder}", timeout=60, output_limit=16 << 20)
     return _read_file_report(result.stdout + result.stderr, raw.stdout, nonce)
 
 
@@ -280,15 +279,15 @@ def _run_script(sandbox: Sandbox, test_command: str, files: list[str], timeout: 
         command = f"{assignments}exec {python} -I {folder}/{launcher}.py {mode} {script} {rest} {args}"
     else:
         command = f"{test_command} {args}"
-    result = sandbox.run(command, timeout=timeout, env=env, output_limit=256 * 1024)
+    result = sandbox.run(command, timeout=timeout, env=env, output_limit=LAUNCHED_OUTPUT_LIMIT)
     if result.timed_out:
         raise TestRunTimeout("sandbox.run_tests", f"tests ran past the harness timeout of {timeout:.0f}s")
-    raw = sandbox.run(f"cat {folder}/report.jsonl; rm -rf {folder}", timeout=60, output_limit=16 << 20).stdout
     if not launch:
+        sandbox.run(f"rm -rf {folder}", timeout=60)
         run = TestRun({}, (result.stdout + result.stderr)[-4000:], runner=runner)
         run.problems.append(f"the {runner} test command cannot run under the harness's launcher (shell syntax in it)")
         return run
-    return _read_stream(result.stdout, result.stderr, raw, key, runner=runner)
+    return _read_stream(result.stdout, result.stderr, key, runner=runner)
 
 
 def _bytecode_env(sandbox: Sandbox, folder: str) -> dict[str, str]:
@@ -298,6 +297,9 @@ def _bytecode_env(sandbox: Sandbox, folder: str) -> dict[str, str]:
     return {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": prefix, "REPOGYM_BYTECODE": prefix}
 
 
+# A launched run's output: the launcher's tail of what the tests printed (64 KiB), its frame line and the report
+# stream (what a report file could hold before).
+LAUNCHED_OUTPUT_LIMIT = (16 << 20) + (256 << 10)
 # The agent's own scratch folders, where a run is staged when the runner has no place of its own (local), in order.
 STAGING_FALLBACKS = ("/tmp", "/dev/shm")
 
@@ -305,17 +307,18 @@ STAGING_FALLBACKS = ("/tmp", "/dev/shm")
 def _stage(sandbox: Sandbox, nonce: str, key: str, files: dict[str, str]) -> str:
     """A fresh folder for one run holding ``files`` (``{name there: harness file in inside_dir}``) and the frame key.
 
-    First a folder the runner makes where the agent cannot write (docker: a root-owned tmpfs, see
-    ``inside/runner.py`` ``stage``), then :data:`STAGING_FALLBACKS`. Those are the agent's: it may have filled
-    them or made them read-only, so when none takes the run it is a :class:`SandboxRefused` (an observation,
-    ``unresolved`` at grading), never an :class:`InfraError` a failing policy could ask for.
+    First a folder the runner makes and fills where the agent cannot write (docker: a root-owned tmpfs, see
+    ``inside/runner.py`` ``stage``; no command runs for it), then :data:`STAGING_FALLBACKS`. Those are the agent's:
+    it may have filled them or made them read-only, so when none takes the run it is a :class:`SandboxRefused` (an
+    observation, ``unresolved`` at grading), never an :class:`InfraError` a failing policy could ask for.
     """
+    staged = sandbox.staging_folder(nonce, files, key)
+    if staged:
+        return staged
     inside = sandbox.inside_dir
-    places = [(folder, False) for folder in [sandbox.staging_folder(nonce)] if folder]
-    places += [(f"{parent}/.repogym-{nonce}", True) for parent in STAGING_FALLBACKS]
     refused = []
-    for folder, make in places:
-        steps = [f"mkdir -m 700 {folder}"] if make else []
+    for folder in (f"{parent}/.repogym-{nonce}" for parent in STAGING_FALLBACKS):
+        steps = [f"mkdir -m 700 {folder}"]
         steps += [f"cp {inside}/{source} {folder}/{name}" for name, source in files.items()]
         steps.append(f"(umask 077 && printf %s {key} > {folder}/key)")
         # A half-staged folder is removed, so a later run's fallback finds the room it took.
@@ -343,18 +346,22 @@ def _read_file_report(output: str, raw: str, nonce: str) -> TestRun:
     return run
 
 
-def _read_stream(stdout: str, stderr: str, raw: str, key: str, *, runner: str = "pytest") -> TestRun:
-    """The launcher's run: trusted only with a frame line keyed ``key`` whose hash matches the stream."""
+def _read_stream(stdout: str, stderr: str, key: str, *, runner: str = "pytest") -> TestRun:
+    """The launcher's run: trusted only with a frame line keyed ``key`` followed by the report stream it hashes.
+
+    The launcher writes the output's tail, then the frame line, then the stream; code under test never knows the key,
+    so it can neither end the output early nor add a stream of its own."""
     before, sep, after = stdout.rpartition(f"\n{key} ")
     log = ((before if sep else stdout) + stderr)[-4000:]
     run = TestRun({}, log, launched=True, runner=runner)
-    frame = _frame(after.split("\n", 1)[0]) if sep else None
+    line, _, raw = after.partition("\n")
+    frame = _frame(line) if sep else None
     if frame is None:
         run.problems.append("the launcher left no frame: the test run was killed or cut short")
         return run
     run.exit_status, run.summary = frame["exit"], frame["summary"]
     if hashlib.sha256(raw.encode()).hexdigest() != frame["sha256"]:
-        run.problems.append("the report file was changed after pytest exited (it does not hash to the frame)")
+        run.problems.append("the report stream does not hash to the frame (cut short or changed)")
         return run
     run.outcomes, run.reported_passes, run.finish_status, unreadable = aggregate_stream(raw)
     if runner == "django":

@@ -64,24 +64,10 @@ _demote_repository()
 _HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.realpath(os.path.abspath(p or ".")) != _HERE]
 
-import ctypes  # noqa: E402  (imported only once the repository cannot shadow them)
-import hashlib  # noqa: E402
-import json  # noqa: E402
-import re  # noqa: E402
-import selectors  # noqa: E402
-import subprocess  # noqa: E402
-import time  # noqa: E402
-
 FOLDER = os.path.dirname(os.path.realpath(__file__))
 OUTPUT_TAIL = 64 * 1024
-# pytest's last terminal line, e.g. "1 failed, 3 passed in 0.10s" (``-q``) or "==== 4 passed in 0.1s ====".
-SUMMARY = re.compile(r"^=*\s*((?:\d+ \w+,? )*\d+ \w+|no tests ran) in [\d.]+s\b")
-# unittest: "Ran 3 tests in 0.001s", then (after a blank line) "OK" or "FAILED (failures=1, errors=2)".
-UNITTEST_RAN = re.compile(r"^Ran \d+ tests? in [\d.]+s$")
-UNITTEST_VERDICT = re.compile(r"^(OK|FAILED)\b")
-# sympy: "============ tests finished: 3 passed, 1 failed, in 0.05 seconds ============".
-SYMPY_SUMMARY = re.compile(r"^=*\s*tests finished: .* in [\d.]+ seconds\s*=*$")
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# What else the launcher uses is imported where it is used: the outer process starts the tests first and imports
+# the rest while they start, and the inner one (pytest's process) imports nothing pytest would not.
 SCRIPT_MODES = ("--unittest-script", "--sympy-script")
 # Under the interpreter's sys.prefix: the pytest plugins the environment installed (repogym.envs.sandbox.install).
 PLUGIN_LIST = "share/repogym/pytest-plugins"
@@ -107,19 +93,36 @@ def environment_plugins(args):
     return [word for name, module in entries if not blocked & {name, module} for word in ("-p", module)]
 
 
+def _patterns():
+    """The summary lines' patterns (compiled on first use: ``re`` is not imported before the tests start)."""
+    import re
+
+    return {
+        # pytest's last terminal line, e.g. "1 failed, 3 passed in 0.10s" (``-q``) or "==== 4 passed in 0.1s ====".
+        "SUMMARY": re.compile(r"^=*\s*((?:\d+ \w+,? )*\d+ \w+|no tests ran) in [\d.]+s\b"),
+        # unittest: "Ran 3 tests in 0.001s", then (after a blank line) "OK" or "FAILED (failures=1, errors=2)".
+        "UNITTEST_RAN": re.compile(r"^Ran \d+ tests? in [\d.]+s$"),
+        "UNITTEST_VERDICT": re.compile(r"^(OK|FAILED)\b"),
+        # sympy: "============ tests finished: 3 passed, 1 failed, in 0.05 seconds ============".
+        "SYMPY_SUMMARY": re.compile(r"^=*\s*tests finished: .* in [\d.]+ seconds\s*=*$"),
+        "ANSI": re.compile(r"\x1b\[[0-9;]*[A-Za-z]"),
+    }
+
+
 class _Summary:
     """The run's last summary line, read line by line as the output arrives."""
 
     def __init__(self, mode):
         self.mode, self.text = mode, ""
         self._pending = ""  # a summary not yet whole: unittest's "Ran N tests" line, or sympy's wrapped one
+        self._re = _patterns()
 
     def feed(self, line):
-        text = ANSI.sub("", line).strip()
+        text = self._re["ANSI"].sub("", line).strip()
         if self.mode == "--unittest-script":
-            if UNITTEST_RAN.match(text):
+            if self._re["UNITTEST_RAN"].match(text):
                 self._pending = text
-            elif self._pending and UNITTEST_VERDICT.match(text):
+            elif self._pending and self._re["UNITTEST_VERDICT"].match(text):
                 self.text, self._pending = self._pending + "; " + text, ""
         elif self.mode == "--sympy-script":
             # sympy wraps a long summary at the terminal's width: "tests finished: 1 passed, ..., \n3 exceptions,
@@ -131,13 +134,15 @@ class _Summary:
             else:
                 self._pending = ""
             joined = " ".join(self._pending.split())
-            if self._pending and SYMPY_SUMMARY.match(joined):
+            if self._pending and self._re["SYMPY_SUMMARY"].match(joined):
                 self.text, self._pending = joined.strip("= "), ""
-        elif SUMMARY.match(text):
+        elif self._re["SUMMARY"].match(text):
             self.text = text
 
 
 def _undumpable():
+    import ctypes
+
     try:
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
     except (OSError, AttributeError):
@@ -147,6 +152,41 @@ def _undumpable():
 def _text(data):
     """Valid UTF-8 without NULs, so the runner never takes the output (and the frame) for binary."""
     return bytes(data).decode("utf-8", "backslashreplace").replace("\0", "\\0").replace("\ufffd", "?")
+
+
+def _spawn(argv, env, output_w, stream_w):
+    """Start the inner process: stdin from /dev/null, stdout and stderr into ``output_w``, ``stream_w`` kept (under
+    its own number), no other descriptor of this process, the signals Python ignores back to their defaults."""
+    import signal
+
+    keep = {0, 1, 2, stream_w}
+    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+               (os.POSIX_SPAWN_DUP2, output_w, 1), (os.POSIX_SPAWN_DUP2, output_w, 2)]
+    for fd in os.listdir("/proc/self/fd"):  # an inherited descriptor would reach the tests (Popen's close_fds)
+        if fd.isdigit() and int(fd) not in keep:
+            try:
+                if os.get_inheritable(int(fd)):
+                    actions.append((os.POSIX_SPAWN_CLOSE, int(fd)))
+            except OSError:
+                pass
+    os.set_inheritable(stream_w, True)
+    defaults = [getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ", "SIGXFZ") if hasattr(signal, name)]
+    return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsigdef=defaults)
+
+
+def _remove_folder():
+    """This run's folder emptied and removed (a runner's staging folder, whose parent is root's, stays empty)."""
+    for folder, dirs, files in os.walk(FOLDER, topdown=False):
+        for name in files + dirs:
+            path = os.path.join(folder, name)
+            try:
+                os.rmdir(path) if name in dirs and not os.path.islink(path) else os.unlink(path)
+            except OSError:
+                pass
+    try:
+        os.rmdir(FOLDER)
+    except OSError:
+        pass
 
 
 def outer(mode, args):
@@ -159,6 +199,7 @@ def outer(mode, args):
         key = ""
     _undumpable()
     stream_r, stream_w = os.pipe()
+    output_r, output_w = os.pipe()
     env = dict(os.environ)
     # The harness's prefix (a read-only warm one, see envs/sandbox/bytecode.py), else one of this run's own.
     prefix = env.pop("REPOGYM_BYTECODE", "") or os.path.join(FOLDER, "pycache")
@@ -170,28 +211,36 @@ def outer(mode, args):
     safe_path = ["-P"] if sys.version_info >= (3, 11) else []
     if mode not in SCRIPT_MODES:
         args = environment_plugins(args) + args
-    child = subprocess.Popen([sys.executable, *safe_path, os.path.realpath(__file__), "--inner", mode, *args],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             pass_fds=(stream_w,), env=env)
+    pid = _spawn([sys.executable, *safe_path, os.path.realpath(__file__), "--inner", mode, *args], env,
+                 output_w, stream_w)
     os.close(stream_w)
+    os.close(output_w)
+    # Only now, while the tests start: what reading them takes.
+    import hashlib
+    import json
+    import selectors
+    import time
+
     output, stream, pending, summary = bytearray(), bytearray(), b"", _Summary(mode)
     sel = selectors.DefaultSelector()
-    sel.register(child.stdout, selectors.EVENT_READ, "output")
+    sel.register(output_r, selectors.EVENT_READ, "output")
     sel.register(stream_r, selectors.EVENT_READ, "stream")
-    drain_until = None
+    drain_until, status = None, None
     while sel.get_map():
-        if drain_until is None and child.poll() is not None:
-            # What is queued now was written before pytest exited; a stray grandchild gets half a second more.
-            drain_until = time.monotonic() + 0.5
-            for k in list(sel.get_map().values()):
-                os.set_blocking(k.fileobj if isinstance(k.fileobj, int) else k.fileobj.fileno(), False)
+        if drain_until is None and status is None:
+            done, raw_status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = os.waitstatus_to_exitcode(raw_status)
+                # What is queued now was written before pytest exited; a stray grandchild gets half a second more.
+                drain_until = time.monotonic() + 0.5
+                for k in list(sel.get_map().values()):
+                    os.set_blocking(k.fileobj, False)
         events = sel.select(timeout=0.05)
         if drain_until is not None and (not events or time.monotonic() > drain_until):
             break
         for k, _ in events:
-            fd = k.fileobj if isinstance(k.fileobj, int) else k.fileobj.fileno()
             try:
-                chunk = os.read(fd, 65536)
+                chunk = os.read(k.fileobj, 65536)
             except BlockingIOError:
                 chunk = b""
             if not chunk:
@@ -207,14 +256,16 @@ def outer(mode, args):
                 summary.feed(line.decode("utf-8", "replace"))
             del output[:-OUTPUT_TAIL]
     summary.feed(pending.decode("utf-8", "replace"))
-    code = child.wait()
-    data = bytes(stream)
-    with open(os.path.join(FOLDER, "report.jsonl"), "wb") as fh:
-        fh.write(data)
-    frame = {"exit": code, "sha256": hashlib.sha256(data).hexdigest(), "summary": summary.text}
+    if status is None:
+        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    # The stream goes out after the frame line, as text (what the host reads is what was hashed): no file that an
+    # escaped grandchild could rewrite, and no second command to read one.
+    data = _text(stream).encode()
+    frame = {"exit": status, "sha256": hashlib.sha256(data).hexdigest(), "summary": summary.text}
     sys.stdout.buffer.write(_text(output).encode())
-    sys.stdout.buffer.write(f"\n{key} {json.dumps(frame)}\n".encode())
+    sys.stdout.buffer.write(f"\n{key} {json.dumps(frame)}\n".encode() + data)
     sys.stdout.flush()
+    _remove_folder()
     return 0
 
 
@@ -260,7 +311,7 @@ def inner_script(mode, args):
     status = _exit_code(code)
     if stream:
         try:
-            os.write(int(stream), (json.dumps({"finish": status}) + "\n").encode())
+            os.write(int(stream), ('{"finish": %d}\n' % status).encode())
         except (OSError, ValueError):
             pass
     if code is not None and not isinstance(code, int):

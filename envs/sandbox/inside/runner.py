@@ -854,9 +854,16 @@ def _as_root(fn, *args):
 def stage(req):
     """A fresh folder for one test run in STAGE_ROOT, where the agent's commands cannot write: the harness stages
     its launcher there whatever the agent did to /tmp. Root makes it and opens it to the run (whose processes,
-    the agent's, write the report there); earlier runs' folders are removed first. ``{"folder": None}`` where
-    there is no such place (the local backend: the agent's uid is the runner's)."""
+    the agent's, may write there); earlier runs' folders are removed first. ``{"folder": None}`` where there is
+    no such place (the local backend: the agent's uid is the runner's).
+
+    ``files`` (``[[name there, harness file beside this runner], ...]``) are copied in and ``key`` written to
+    ``key`` (mode 0600), all as the agent's uid: the run's staging without a command of its own."""
     nonce = str(req.get("nonce", ""))
+    files, key = req.get("files") or [], str(req.get("key", ""))
+    plain = [str(name) for pair in files for name in pair]
+    if any(not name or "/" in name or name.startswith(".") for name in plain) or not (key.isalnum() or not key):
+        raise ValueError(f"a stage names files by plain names and a key of letters and digits: {plain}")
     if AGENT["uid"] is None or not nonce.isalnum() or not os.path.isdir(STAGE_ROOT):
         return {"folder": None}
     for name in _as_root(os.listdir, STAGE_ROOT):
@@ -870,7 +877,20 @@ def stage(req):
     folder = os.path.join(STAGE_ROOT, f".repogym-{nonce}")
     _as_root(os.mkdir, folder, 0o700)
     _as_root(os.chmod, folder, 0o777)  # root lacks CAP_CHOWN here: opened, in a parent only root can list
+    here = os.path.dirname(os.path.realpath(__file__))
+    for name, source in files:
+        with open(os.path.join(here, source), "rb") as fh:
+            _create(os.path.join(folder, name), fh.read())
+    if key:
+        _create(os.path.join(folder, "key"), key.encode())
     return {"folder": folder}
+
+
+def _create(path, data):
+    """A new file of the agent's (this process's effective uid), readable by it alone; never through a link."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
 
 
 def diff(req):
