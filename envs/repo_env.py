@@ -88,6 +88,10 @@ class EnvConfig:
     """Grade the diff when the turn limit ends an episode (else reward 0 with status ``not_submitted``)."""
     eval_pool_size: int = 1
     """Grading sandboxes kept started ahead of time (per environment image)."""
+    grading_cpu_shares: int = 128
+    """CPU weight of grading sandboxes against the agent's (``sandbox_config.cpu_shares``, 1024): a grading is batch
+    work, so while the cores are contended it yields to live episodes' commands, whose answers the policy waits on;
+    alone it runs as fast as before. ``1024``: both alike."""
     fork_pool_size: int = 0
     """Agent sandboxes kept started for :meth:`RepoTaskEnv.fork` (per environment image, filled from reset on);
     0: a fork starts its sandboxes when asked. Set it to the largest ``n`` you fork by for forks without a start."""
@@ -111,6 +115,8 @@ class EnvConfig:
     def __post_init__(self):
         if self.max_turns < 1:
             raise ConfigError(f"max_turns must be >= 1, got {self.max_turns}")
+        if not 2 <= self.grading_cpu_shares <= 262144:  # docker's range for cpu_shares
+            raise ConfigError(f"grading_cpu_shares must be within 2..262144, got {self.grading_cpu_shares}")
         if self.fork_pool_size < 0 or self.eval_pool_size < 0:
             raise ConfigError(f"pool sizes must be >= 0, got eval_pool_size={self.eval_pool_size}, "
                               f"fork_pool_size={self.fork_pool_size}")
@@ -194,8 +200,10 @@ class RepoTaskEnv(gym.Env):
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
     # -- sandboxes -------------------------------------------------------------------------------------
-    def _factory(self, task: Task):
+    def _factory(self, task: Task, grading: bool = False):
         config = self.config.sandbox_config
+        if grading:
+            config = replace(config, cpu_shares=self.config.grading_cpu_shares)
         if self.backend == "local":  # the task's source repository holds history past the base
             config = replace(config, hidden_paths=config.hidden_paths + (str(repo_path(task)),))
         return sandbox_factory(self.backend, task.setup, config)
@@ -218,7 +226,7 @@ class RepoTaskEnv(gym.Env):
             if self._owns_pools:
                 for old in [k for k in self._pools if k != key]:
                     close_later(self._pools.pop(old), timeout=0)  # a reset does not wait for containers' removal
-            self._pools[key] = SandboxPool(prepared(self._factory(task), task), self.config.eval_pool_size)
+            self._pools[key] = SandboxPool(prepared(self._factory(task, grading=True), task), self.config.eval_pool_size)
         return self._pools[key]
 
     def _fork_pool(self, task: Task) -> SandboxPool:

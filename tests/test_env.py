@@ -45,6 +45,35 @@ def test_check_env_passes_on_the_registered_id(backend, tiny_task):
         environment.close()
 
 
+@pytest.mark.docker
+def test_grading_sandboxes_yield_the_cpu_to_the_agents_sandbox(tiny_task):
+    """The warm grading sandbox a reset starts has the grading weight (batch work), the agent's the default."""
+    import time
+    import uuid
+
+    from repogym.envs.sandbox import SandboxConfig
+    from repogym.envs.sandbox.docker import docker_client
+    from tests.conftest import require_backend
+
+    require_backend("docker")
+    run_id = f"pytest-weights-{uuid.uuid4().hex[:8]}"
+    environment = RepoTaskEnv(task=tiny_task, sandbox="docker", max_turns=5, config=EnvConfig(
+        sandbox_config=SandboxConfig(run_id=run_id), grading_cpu_shares=64))
+    try:
+        environment.reset()
+        deadline, shares = time.monotonic() + 120, []
+        while len(shares) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            containers = docker_client().containers.list(filters={"label": f"repogym.run={run_id}"})
+            shares = sorted(c.attrs["HostConfig"]["CpuShares"] for c in containers)
+        assert shares == [64, 1024]
+        assert environment.step(call("bash", command="echo ok"))[0].strip().endswith("ok")
+    finally:
+        environment.close()
+    with pytest.raises(ConfigError, match="grading_cpu_shares"):
+        EnvConfig(grading_cpu_shares=1)
+
+
 def test_reset_gives_problem_statement_tools_and_task_id(env, tiny_task):
     obs, info = env.reset(seed=1)
     assert tiny_task.problem_statement in obs and "submit" in obs

@@ -76,6 +76,26 @@ def test_a_staging_folder_comes_filled_with_the_harness_files_and_a_key_only_the
     assert not sandbox.run("ls /run/escape.py /run/repogym/escape.py").ok
 
 
+def test_a_sandboxs_cpu_weight_reaches_its_backend(backend):
+    """``cpu_shares``: docker's container setting; the local backend's cgroup (``cpu.shares``, or ``cpu.weight`` scaled
+    from 1024 to 100 under cgroup v2)."""
+    box = make_sandbox(backend, SandboxConfig(run_id="pytest-shares", cpu_shares=256))
+    try:
+        if backend == "docker":
+            assert box.container.attrs["HostConfig"]["CpuShares"] == 256
+            return
+        if box.cgroup is None:
+            pytest.skip(f"no cgroup for the local sandbox here: {box.limits}")
+        written = {}
+        for folder in box.cgroup.dirs:
+            for name in ("cpu.shares", "cpu.weight"):
+                if (folder / name).exists():
+                    written[name] = (folder / name).read_text().strip()
+        assert written in ({"cpu.shares": "256"}, {"cpu.weight": "25"}), written
+    finally:
+        box.close()
+
+
 def test_run_returns_output_exit_code_and_duration(sandbox):
     result = sandbox.run("cat pkg/b.txt; echo oops >&2; exit 3")
     assert result.stdout == "hello\n" and result.stderr == "oops\n"

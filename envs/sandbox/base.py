@@ -61,6 +61,9 @@ class SandboxConfig:
     """Memory limit (docker ``mem_limit`` syntax)."""
     cpus: float = 1.0
     """CPU limit in cores."""
+    cpu_shares: int = 1024
+    """CPU weight against other sandboxes when the cores are contended (docker's ``cpu_shares``; the local backend's
+    cgroup ``cpu.shares``, or ``cpu.weight`` scaled to it, where it has a cgroup): 1024 is the default everyone has."""
     pids: int = 256
     """Maximum number of processes."""
     default_timeout: float = 60.0

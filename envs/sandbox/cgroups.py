@@ -39,15 +39,17 @@ def parse_bytes(size: str | int) -> int:
 class Cgroup:
     """One sandbox's cgroup: limits written at creation; ``procs_files`` to join it; ``close`` kills and removes."""
 
-    def __init__(self, name: str, *, pids: int, memory: int, cpus: float):
+    def __init__(self, name: str, *, pids: int, memory: int, cpus: float, cpu_shares: int = 1024):
         self.name = PREFIX + name
         self.dirs: list[Path] = []
         limits = {"pids": {"pids.max": str(pids)},
                   "memory": {"memory.limit_in_bytes": str(memory), "memory.memsw.limit_in_bytes": str(memory)},
-                  "cpu": {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": str(int(cpus * 100000))}}
-        if (ROOT / "cgroup.controllers").exists():  # v2: one tree
+                  "cpu": {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": str(int(cpus * 100000)),
+                          "cpu.shares": str(cpu_shares)}}
+        if (ROOT / "cgroup.controllers").exists():  # v2: one tree (cpu.weight's default is 100 where shares' is 1024)
             self._make(ROOT / self.name, {"pids.max": str(pids), "memory.max": str(memory),
-                                          "memory.swap.max": "0", "cpu.max": f"{int(cpus * 100000)} 100000"},
+                                          "memory.swap.max": "0", "cpu.max": f"{int(cpus * 100000)} 100000",
+                                          "cpu.weight": str(min(10000, max(1, round(cpu_shares * 100 / 1024))))},
                        required=("pids.max", "memory.max"))
         else:  # v1: a folder per controller; pids and memory are required, cpu is best effort
             for controller, files in limits.items():

@@ -159,7 +159,7 @@ class LocalSandbox(RunnerClient):
         rlimits = None
         try:
             self.cgroup = Cgroup(self.name, pids=self.config.pids, memory=parse_bytes(self.config.memory),
-                                 cpus=self.config.cpus)
+                                 cpus=self.config.cpus, cpu_shares=self.config.cpu_shares)
             self.limits = {"via": "cgroup", "pids": self.config.pids, "memory": self.config.memory,
                            "cpus": self.config.cpus}
         except OSError as exc:
