@@ -321,6 +321,16 @@ def test_episode_state_records_turns_edits_and_test_runs(env):
     env.step(call("bash", command="echo '# later' >> calc/ops.py"))
     assert first.last_edit_turn == 4 and episode_facts.tests_since_last_edit(first) == {}
     assert ops == ["run", "run"]  # the tree id came with each command's answer: one round trip a bash step
+    # The file tools too: the tree id comes with the write (edit, create) or the command (apply_patch).
+    ops.clear()
+    env.step(call("edit", path="calc/ops.py", old="# later", new="# later, edited"))
+    assert first.last_edit_turn == 5
+    env.step(call("create", path="calc/extra.py", content="x = 1\n"))
+    assert first.last_edit_turn == 6
+    env.step(call("apply_patch", patch="--- a/calc/extra.py\n+++ b/calc/extra.py\n@@ -1 +1,2 @@\n x = 1\n+y = 2\n"))
+    assert first.last_edit_turn == 7
+    assert ops == ["read", "write", "read", "write", "write", "run"]
+    assert first.tree_id == box.tree_id() != box.base_tree
     del box.request
     env.reset()
     assert env.ctx.episode is not first and env.ctx.episode == EpisodeState()

@@ -113,6 +113,12 @@ def test_a_command_asked_for_the_tree_tells_what_tree_id_would_in_the_same_round
     # A .git the command broke: the runner puts back what it needs, as for tree_id, and the answer still stands.
     broken = sandbox.run("rm -rf .git && echo gone", tree=True)
     assert broken.stdout == "gone\n" and broken.tree == sandbox.tree_id() == edited.tree
+    # A write, likewise (the file tools' round trip); only when asked.
+    assert sandbox.write_file("d.txt", b"d\n") is None
+    written = sandbox.write_file("d.txt", b"dd\n", tree=True)
+    assert written == sandbox.tree_id() not in (edited.tree, sandbox.base_tree)
+    sandbox.run("rm -rf .git")
+    assert sandbox.write_file("d.txt", b"d\n", tree=True) == sandbox.tree_id()
 
 
 def test_a_slow_tree_id_after_a_command_is_not_taken_for_a_hung_runner(backend):

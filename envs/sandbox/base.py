@@ -118,8 +118,9 @@ class Sandbox(Protocol):
     def read_file(self, path: str, limit: int = 1 << 20) -> bytes:
         """A file's bytes (path relative to the repository root)."""
 
-    def write_file(self, path: str, data: bytes) -> None:
-        """Create or replace a file inside the repository."""
+    def write_file(self, path: str, data: bytes, *, tree: bool = False) -> str | None:
+        """Create or replace a file inside the repository; ``tree``: return the tree id after it (``None`` where
+        :meth:`tree_id` would have raised), in the same round trip."""
 
     def reset(self) -> None:
         """Back to the base commit: tracked files restored, untracked removed, strays killed."""
@@ -324,10 +325,12 @@ class RunnerClient:
             raise FileNotFoundError(f"{path}: {a['error'].replace('_', ' ')}")
         return base64.b64decode(a["data"])
 
-    def write_file(self, path: str, data: bytes) -> None:
-        a = self.request("write", path=path, data=base64.b64encode(data).decode())
+    def write_file(self, path: str, data: bytes, *, tree: bool = False) -> str | None:
+        a = self.request("write", path=path, data=base64.b64encode(data).decode(), tree=tree,
+                         wait=TREE_WAIT if tree else 60.0)
         if "error" in a:
             raise IsADirectoryError(path)
+        return a.get("tree")
 
     def reset(self) -> None:
         if self.snapshot_key is None:

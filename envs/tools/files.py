@@ -85,9 +85,10 @@ def run_search(ctx: ToolContext, args: dict) -> ToolResult:
     return ToolResult(result.stdout.rstrip("\n") + suffix, exit_code=0, data={"matches": len(lines)})
 
 
-def _write(ctx: ToolContext, path: str, text: str) -> None:
+def _write(ctx: ToolContext, path: str, text: str) -> str | None:
+    """Write ``text`` to ``path``; the tree id after it (for the env's edit check), or None where it cannot be told."""
     try:
-        ctx.sandbox.write_file(path, text.encode("utf-8"))
+        return ctx.sandbox.write_file(path, text.encode("utf-8"), tree=True)
     except IsADirectoryError:
         raise ToolError("is_directory", f"{path} is a directory") from None
     except SandboxRequestError as exc:
@@ -103,9 +104,9 @@ def run_create(ctx: ToolContext, args: dict) -> ToolResult:
         if exc.kind == "is_directory":
             raise
         existed = False
-    _write(ctx, path, args["content"])
+    tree = _write(ctx, path, args["content"])
     verb = "overwrote" if existed else "created"
-    return ToolResult(f"{verb} {path} ({len(args['content'].splitlines())} lines)", exit_code=0)
+    return ToolResult(f"{verb} {path} ({len(args['content'].splitlines())} lines)", exit_code=0, tree=tree)
 
 
 def run_edit(ctx: ToolContext, args: dict) -> ToolResult:
@@ -119,9 +120,9 @@ def run_edit(ctx: ToolContext, args: dict) -> ToolResult:
     if count > 1:
         raise ToolError("ambiguous_match", f"edit: old text occurs {count} times in {path}; include more context "
                                            "so it matches exactly once")
-    _write(ctx, path, text.replace(old, new, 1))
+    tree = _write(ctx, path, text.replace(old, new, 1))
     line = text[:text.index(old)].count("\n") + 1
-    return ToolResult(f"edited {path} at line {line}", exit_code=0, data={"line": line})
+    return ToolResult(f"edited {path} at line {line}", exit_code=0, data={"line": line}, tree=tree)
 
 
 VIEW = Tool("view", "Show a file with line numbers (or list a directory). Paths are relative to the repository root.",

@@ -16,13 +16,14 @@ def run_apply_patch(ctx: ToolContext, args: dict) -> ToolResult:
     ctx.sandbox.write_file(PATCH_FILE, patch.encode("utf-8"))
     result = ctx.sandbox.run(f"git apply --whitespace=nowarn --recount {PATCH_FILE} 2>&1 || "
                              f"{{ git apply --whitespace=nowarn --recount -p0 {PATCH_FILE} 2>/dev/null; }}; "
-                             f"status=$?; rm -f {PATCH_FILE}; exit $status", timeout=60)
+                             f"status=$?; rm -f {PATCH_FILE}; exit $status", timeout=60, tree=True)
     if not result.ok:
         raise ToolError("patch_failed", "apply_patch: the patch does not apply:\n" + result.stdout.strip()
                         + "\nExpected a unified diff relative to the repository root (---/+++ a/PATH b/PATH, "
                           "@@ hunks whose context matches the current files). Nothing was changed.")
     files = sorted({line[6:].strip() for line in patch.splitlines() if line.startswith("+++ b/")})
-    return ToolResult(f"patch applied{': ' + ', '.join(files) if files else ''}", exit_code=0, data={"files": files})
+    return ToolResult(f"patch applied{': ' + ', '.join(files) if files else ''}", exit_code=0, data={"files": files},
+                      tree=result.tree)
 
 
 def run_diff(ctx: ToolContext, args: dict) -> ToolResult:

@@ -219,13 +219,9 @@ def run(req):
     answer = {"stdout": out, "stderr": err, "exit_code": -9 if timed_out else code, "timed_out": timed_out,
               "duration": duration, "stdout_bytes": totals[proc.stdout], "stderr_bytes": totals[proc.stderr],
               "truncated": out_cut or err_cut}
-    if req.get("tree"):  # the tree id after the command, as a `tree` request would give it (a round trip fewer)
+    if req.get("tree"):
         _progress(req)  # the command is done: the host gives the tree the time a `tree` request gets, no more
-        try:
-            answer["tree"] = tree(req)["tree"]
-        except Exception as exc:  # what a `tree` request would answer as its error: the command's answer stands
-            answer["tree_error"] = f"{type(exc).__name__}: {exc}"
-    return answer
+    return _with_tree(req, answer)
 
 
 def _killpg(pid):
@@ -255,7 +251,18 @@ def write(req):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with _open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as fh:
         fh.write(base64.b64decode(req["data"]))
-    return {}
+    return _with_tree(req, {})
+
+
+def _with_tree(req, answer):
+    """``answer`` with the tree id after the request, as a `tree` request would give it, when asked (a round trip
+    fewer); where that fails, its error beside the answer, which stands."""
+    if req.get("tree"):
+        try:
+            answer["tree"] = tree(req)["tree"]
+        except Exception as exc:  # what a `tree` request would answer as its error
+            answer["tree_error"] = f"{type(exc).__name__}: {exc}"
+    return answer
 
 
 def _open_regular(path, flags):
