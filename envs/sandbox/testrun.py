@@ -21,8 +21,9 @@ optional ``VAR=value`` assignments) is run through the launcher (``inside/repogy
   :mod:`repogym.envs.sandbox.bytecode`), else an empty one of the run's own;
 - each test result streamed out of the test process as it happens, to an outer process that runs no code of
   the repository, is not dumpable, and records pytest's real exit status and its last summary line in a
-  frame line keyed with a secret the test process never sees. A report file that does not hash to the frame
-  is not trusted.
+  frame line keyed with a secret the test process never sees, then writes the stream after it, all on its
+  stdout: one command, and a stream that does not hash to the frame is not trusted. On docker the runner
+  stages the launcher and the key itself (:meth:`~repogym.envs.sandbox.base.Sandbox.staging_folder`).
 
 Any other pytest command runs as before (the plugin writes a nonce-tagged report at session end), with the
 same environment guards.

@@ -16,14 +16,15 @@ It runs in two processes:
   ``sitecustomize`` of the repository is imported): reads the frame key from ``<folder>/key`` and deletes
   it, makes itself non-dumpable (so code under test, same uid, cannot read its memory, environment or fds),
   starts the inner process, and reads two pipes from it: the run's output and the report stream, one JSON
-  line per test phase, written by the report plugin (or the unittest reporter) as each result happens. It
-  writes the stream to ``<folder>/report.jsonl`` once the run has exited and prints the tail of its output,
-  then one frame line: ``<key> {"exit": real exit status, "sha256": of the stream, "summary": the run's last
-  summary line}``. The summary is
+  line per test phase, written by the report plugin (or the unittest reporter) as each result happens. Once
+  the run has exited it prints the tail of its output, then one frame line: ``<key> {"exit": real exit status,
+  "sha256": of the stream, "summary": the run's last summary line}``, then the stream itself, and removes its
+  folder. The summary is
   pytest's last summary line; for unittest ``Ran N tests in Xs; OK`` or ``...; FAILED (failures=1)``; for
   sympy its ``tests finished: ... in X seconds`` line. The host trusts the stream only if its hash matches
-  the frame, so a late rewrite (an ``atexit`` handler, an escaped grandchild) is caught; the key is never in
-  the inner process's reach, so the frame cannot be forged from its output.
+  the frame; there is no report file for a late writer (an ``atexit`` handler, an escaped grandchild) to
+  rewrite; the key is never in the inner process's reach, so the frame cannot be forged from its output.
+  It starts the inner process before importing what reading it takes (the tests start sooner).
 - **inner** (``python -P``, the task's ``PYTHON*`` variables honoured): puts the standard library and
   site-packages before the repository on ``sys.path`` (the repository root and any ``PYTHONPATH`` entry
   inside it moved to the end; a script's own folder, which ``python script`` puts first, goes last too), so
