@@ -832,10 +832,10 @@ def _kill_strays():
     return killed
 
 
-def _staged(final):
+def _staged(final, needs_base=True):
     """``git add -A`` then the git command ``final`` (a list of arguments), in one go; should the agent have
-    broken or removed ``.git``, put back the base's and try again."""
-    chain = [["add", "-A"], ["cat-file", "-e", _BASE["commit"] or BASE_TAG], final]
+    broken or removed ``.git`` (``needs_base``: the base commit gone too), put back the base's and try again."""
+    chain = [["add", "-A"], *([["cat-file", "-e", _BASE["commit"] or BASE_TAG]] if needs_base else []), final]
     try:
         _sanitize_git()
         return _git_chain(chain)
@@ -948,7 +948,7 @@ def tree(req):
     signature, settled = _signature()
     if signature is not None and _TREE.get("signature") == signature and _TREE.get("settled"):
         return {"tree": _TREE["id"], "cached": True}
-    tree_id = _staged(["write-tree"]).strip()
+    tree_id = _staged(["write-tree"], needs_base=False).strip()  # the content's id needs no base commit
     _TREE.clear()
     signature, settled = _signature()  # after git: what it wrote (objects) is part of what is compared next
     _TREE.update(signature=signature, settled=settled, id=tree_id)
