@@ -3,7 +3,7 @@
 1. Reset latency: our env's warm ``reset`` (git reset + clean in a resident container) versus a fresh
    container per episode, as SWE-bench-style harnesses do (``docker run`` + copy the repo in + commit).
 2. Tool-step overhead: ``env.step`` of a ``bash`` call versus a raw ``docker exec`` of the same command
-   in the same container.
+   in the same container; and an ``edit`` step, which changes a file, so its tree id is git's, not a cached one.
 
 Where the time goes: each reset phase as the runner times it (process sweep, scratch folders, ``.git`` synced
 back, git's reset and clean, metadata), and a step's parts (the channel's round trip, the command as the runner
@@ -84,7 +84,7 @@ def main() -> int:
     command = "cat README.md > /dev/null"
     step = json.dumps({"name": "bash", "arguments": {"command": command}})
     container = env.unwrapped._sandbox.container
-    steps, raw = [], []
+    steps, raw, edits = [], [], []
     for _ in range(args.steps):
         start = time.perf_counter()
         env.step(step)
@@ -92,6 +92,14 @@ def main() -> int:
         start = time.perf_counter()
         container.exec_run(["bash", "-c", command], workdir="/repo", user="agent")
         raw.append(time.perf_counter() - start)
+    # Editing steps, apart (an edit leaves the next step's tree id to git too): a file changes each time, so the
+    # tree id is git's (staging, write-tree), not the cached one.
+    env.step(json.dumps({"name": "create", "arguments": {"path": "notes.txt", "content": "0\n"}}))
+    for i in range(args.steps):
+        change = json.dumps({"name": "edit", "arguments": {"path": "notes.txt", "old": f"{i}\n", "new": f"{i + 1}\n"}})
+        start = time.perf_counter()
+        env.step(change)
+        edits.append(time.perf_counter() - start)
     env.close()
 
     fork_times = time_forks(task, [int(n) for n in args.forks.split(",") if n.strip()], args.fork_rounds)
@@ -104,6 +112,7 @@ def main() -> int:
     print(f"{'fresh container/episode':28}{f50 * 1e3:>10.1f}{pct(fresh, .95) * 1e3:>10.1f}")
     print(f"{'tool step (env.step bash)':28}{s50 * 1e3:>10.1f}{pct(steps, .95) * 1e3:>10.1f}")
     print(f"{'raw docker exec':28}{x50 * 1e3:>10.1f}{pct(raw, .95) * 1e3:>10.1f}")
+    print(f"{'tool step (env.step edit)':28}{statistics.median(edits) * 1e3:>10.1f}{pct(edits, .95) * 1e3:>10.1f}")
     for n, times in fork_times.items():
         print(f"{f'env.fork({n}), warm pool':28}{statistics.median(times) * 1e3:>10.1f}{pct(times, .95) * 1e3:>10.1f}")
     print("reset phases in the runner (p50 ms): " + ", ".join(f"{k} {v:.1f}" for k, v in breakdown["reset"].items()))
@@ -119,6 +128,7 @@ def main() -> int:
     if args.json:
         print(json.dumps({"reset_speedup": speedup, "step_overhead": overhead, "warm_reset_p50_s": r50,
                           "fresh_p50_s": f50, "step_p50_s": s50, "raw_exec_p50_s": x50,
+                          "edit_step_p50_s": statistics.median(edits),
                           "fork_p50_s": {n: statistics.median(t) for n, t in fork_times.items()}}))
     return 0 if speedup >= 5 and overhead < 1.3 and (fork8 is None or fork8 < 0.3) else 1
 
