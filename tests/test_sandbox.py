@@ -121,6 +121,20 @@ def test_a_command_asked_for_the_tree_tells_what_tree_id_would_in_the_same_round
     assert sandbox.write_file("d.txt", b"d\n", tree=True) == sandbox.tree_id()
 
 
+def test_the_tree_id_stands_for_the_content_whatever_happens_to_gits_object_store(sandbox):
+    """The tree id is reused while nothing changed and its look leaves the index and the object store out (the
+    runner's own git writes them): emptied or filled, they move neither a cached id nor a computed one."""
+    assert sandbox.run("echo y >> a.py").ok
+    edited = sandbox.tree_id()
+    time.sleep(0.2)  # settled: the next look may reuse it
+    assert sandbox.tree_id() == edited
+    emptied = sandbox.run("find .git/objects -type f -delete && echo junk > .git/objects/junk", tree=True)
+    assert emptied.ok and emptied.tree == edited == sandbox.tree_id()
+    assert "+y" in sandbox.diff()  # the diff's own git puts the base back
+    assert sandbox.run("echo z >> a.py").ok
+    assert sandbox.tree_id() not in (edited, sandbox.base_tree)
+
+
 def test_a_slow_tree_id_after_a_command_is_not_taken_for_a_hung_runner(backend):
     # The answer may come later than the command's timeout and the slack: the runner says when the command is done,
     # and the tree id (here: staging 40,000 new files) gets what a tree_id request gets from then on.

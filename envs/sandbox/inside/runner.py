@@ -915,12 +915,16 @@ RACY_NS = 50_000_000
 
 def _signature():
     """``(signature, settled)``: every file's ``(path, inode, size, mtime, ctime, mode)``, and only ``(path, inode,
-    mode, size)`` of folders and git objects (the index left out: the runner's own git writes it), and whether every
-    other file's ctime is older than :data:`RACY_NS` (no change can hide in a clock tick)."""
+    mode, size)`` of folders, and whether every file's ctime is older than :data:`RACY_NS` (no change can hide in a
+    clock tick). Left out: what the runner's own git writes, the index and the object store (the content's id, what
+    the signature stands for, never depends on them: the working tree and the rest of ``.git`` decide it)."""
     start = time.time_ns()
     entries, newest = [], 0
-    index, objects = os.path.join(ROOT, ".git", "index"), os.path.join(ROOT, ".git", "objects") + os.sep
+    dot_git = os.path.join(ROOT, ".git")
+    index = os.path.join(dot_git, "index")
     for folder, dirs, files in os.walk(ROOT):
+        if folder == dot_git and "objects" in dirs:
+            dirs.remove("objects")
         dirs.sort()
         for name in sorted(files + dirs):
             full = os.path.join(folder, name)
@@ -930,9 +934,7 @@ def _signature():
                 st = os.lstat(full)
             except OSError:
                 return None, False
-            # What a folder holds is listed here: its own times only say it changed. An object's name is its
-            # content, and git freshens the times of objects it finds already there.
-            if stat.S_ISDIR(st.st_mode) or full.startswith(objects):
+            if stat.S_ISDIR(st.st_mode):  # what a folder holds is listed here: its own times only say it changed
                 entries.append((full, st.st_ino, st.st_mode, st.st_size))
                 continue
             entries.append((full, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode))
@@ -948,9 +950,10 @@ def tree(req):
     signature, settled = _signature()
     if signature is not None and _TREE.get("signature") == signature and _TREE.get("settled"):
         return {"tree": _TREE["id"], "cached": True}
-    tree_id = _staged(["write-tree"], needs_base=False).strip()  # the content's id needs no base commit
     _TREE.clear()
-    signature, settled = _signature()  # after git: what it wrote (objects) is part of what is compared next
+    tree_id = _staged(["write-tree"], needs_base=False).strip()  # the content's id needs no base commit
+    # The look before git stands for what git staged: git writes only what the signature leaves out, and a change
+    # made meanwhile (an escaped process) shows at the next look, or left it unsettled.
     _TREE.update(signature=signature, settled=settled, id=tree_id)
     return {"tree": tree_id}
 
