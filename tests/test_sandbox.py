@@ -64,7 +64,7 @@ def test_a_staging_folder_comes_filled_with_the_harness_files_and_a_key_only_the
     and the agent's, nothing else; a name that is not a plain file name stages nothing."""
     folder = sandbox.staging_folder("0123abcd", {"launch_x.py": "repogym_launch.py", "rep.py": "repogym_report.py"},
                                     key="k3y")
-    if sandbox.backend == "local":  # the agent's uid is the runner's: no place out of its reach (testrun stages in /tmp)
+    if sandbox.backend == "local":  # the agent's uid is the runner's: no place out of its reach (tests stage in /tmp)
         assert folder is None
         return
     listed = sandbox.run(f"cd {folder} && stat -c '%n %a %u' * && cat key && cmp launch_x.py "
@@ -135,13 +135,15 @@ def test_the_tree_id_stands_for_the_content_whatever_happens_to_gits_object_stor
     assert sandbox.tree_id() not in (edited, sandbox.base_tree)
 
 
+@pytest.mark.slow  # 4-6 s: the files staged must outlast the slack on an idle machine
 def test_a_slow_tree_id_after_a_command_is_not_taken_for_a_hung_runner(backend):
     # The answer may come later than the command's timeout and the slack: the runner says when the command is done,
-    # and the tree id (here: staging 40,000 new files) gets what a tree_id request gets from then on.
+    # and the tree id (here: staging 120,000 new files, well over the 0.7 s on an idle machine) gets what a tree_id
+    # request gets from then on.
     box = make_sandbox(backend, SandboxConfig(run_id="pytest", answer_slack=0.2))
     try:
         box.load(tar_of({"a.py": b"x = 1\n"}))
-        assert box.run("mkdir many && cd many && seq 1 40000 | xargs touch", timeout=120).ok
+        assert box.run("mkdir many && cd many && seq 1 120000 | xargs touch", timeout=120).ok
         start = time.monotonic()
         result = box.run("true", timeout=0.5, tree=True)
         assert time.monotonic() - start > 0.7, "the tree id came too fast to show anything"
