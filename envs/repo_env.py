@@ -226,7 +226,8 @@ class RepoTaskEnv(gym.Env):
             if self._owns_pools:
                 for old in [k for k in self._pools if k != key]:
                     close_later(self._pools.pop(old), timeout=0)  # a reset does not wait for containers' removal
-            self._pools[key] = SandboxPool(prepared(self._factory(task, grading=True), task), self.config.eval_pool_size)
+            grading = prepared(self._factory(task, grading=True), task)
+            self._pools[key] = SandboxPool(grading, self.config.eval_pool_size)
         return self._pools[key]
 
     def _fork_pool(self, task: Task) -> SandboxPool:

@@ -81,8 +81,8 @@ class DockerSandbox(RunnerClient):
             self.container = self.client.containers.run(
                 self.image, ["sleep", "infinity"], name=self.name, detach=True, labels=labels,
                 network_mode="none", mem_limit=self.config.memory, memswap_limit=self.config.memory,
-                nano_cpus=int(self.config.cpus * 1e9), cpu_shares=self.config.cpu_shares, pids_limit=self.config.pids, user="root",
-                working_dir=repo_dir, init=True, read_only=True,
+                nano_cpus=int(self.config.cpus * 1e9), cpu_shares=self.config.cpu_shares, pids_limit=self.config.pids,
+                user="root", working_dir=repo_dir, init=True, read_only=True,
                 volumes={volume: {"bind": BYTECODE_MOUNT, "mode": "ro"}},
                 tmpfs={**{path: f"rw,exec,size={size},uid={AGENT_UID},gid={AGENT_UID},mode=0755"
                           for path, size in writable.items()},

@@ -869,7 +869,7 @@ def stage(req):
     nonce = str(req.get("nonce", ""))
     files, key = req.get("files") or [], str(req.get("key", ""))
     plain = [str(name) for pair in files for name in pair]
-    if any(not name or "/" in name or name.startswith(".") for name in plain) or not (key.isalnum() or not key):
+    if any(not name or "/" in name or name.startswith(".") for name in plain) or (key and not key.isalnum()):
         raise ValueError(f"a stage names files by plain names and a key of letters and digits: {plain}")
     if AGENT["uid"] is None or not nonce.isalnum() or not os.path.isdir(STAGE_ROOT):
         return {"folder": None}
