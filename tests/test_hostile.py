@@ -11,6 +11,7 @@ import math
 import os
 import re
 import threading
+import time
 
 import pytest
 
@@ -354,6 +355,15 @@ def test_nothing_survives_a_reset_or_a_switch_to_another_task(backend, tiny_task
         env.close()
 
 
+def _wait_until_stopped(container, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    container.reload()
+    while container.status == "running":
+        assert time.monotonic() < deadline, "the container outlived its main process"
+        time.sleep(0.05)
+        container.reload()
+
+
 @pytest.mark.docker
 def test_a_container_dead_from_inside_is_the_agents_zero_and_one_killed_from_outside_is_infra(tiny_task):
     """Docker's own record decides: a container whose main process died inside (no kill, stop or pause through
@@ -367,7 +377,8 @@ def test_a_container_dead_from_inside_is_the_agents_zero_and_one_killed_from_out
             bash(env, "echo started")
             box = env._sandbox
             if how == "inside":  # what a route to root inside could do: end the container's main process
-                box.container.exec_run(["pkill", "-9", "-x", "sleep"], user="root")
+                assert box.container.exec_run(["pkill", "-9", "-x", "sleep"], user="root").exit_code == 0
+                _wait_until_stopped(box.container)  # SIGKILL lands when the kernel gets to it, not when pkill returns
             else:
                 box.container.kill()
             obs, reward, term, trunc, info = env.step(call("bash", command="echo hi"))
