@@ -70,6 +70,20 @@ def test_a_fork_is_its_source_byte_for_byte_then_diverges_alone(env, tiny_task):
             fork.close()
 
 
+def test_an_episode_after_a_reset_forks_too(env):
+    """A reset reads the base's ``.git`` into the runner for itself; a fork copies the base, not that reading (which
+    once made the runner's answer unwritable, its exit blamed on the agent)."""
+    env.reset()
+    run(env, "echo later >> README")
+    fork = env.fork(1)[0]
+    try:
+        assert run(fork, "tail -1 README").strip() == "later"
+        fork.reset()
+        assert "later" not in run(fork, "cat README")
+    finally:
+        fork.close()
+
+
 @pytest.mark.slow
 def test_grading_a_fork_gives_what_grading_its_source_gives(env, tiny_task):
     env.step(call("apply_patch", patch=tiny_task.patch))

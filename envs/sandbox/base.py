@@ -245,7 +245,10 @@ class RunnerClient:
                 self.dirty_reason = f"runner channel broke during {op}: {exc}"
                 raise SandboxError(f"sandbox.{self.backend}.{op}", self.dirty_reason) from exc
         if not answer.pop("ok", False):
-            raise SandboxRequestError(answer.get("error", "unknown runner error"))
+            error = answer.get("error", "unknown runner error")
+            if error.startswith("runner bug:"):  # ours (the runner's answers start so only then): loud, not data
+                raise RuntimeError(f"sandbox.{self.backend}.{op}: {error}")
+            raise SandboxRequestError(error)
         return answer
 
     def _blame(self, op: str, exc: Exception) -> Exception:

@@ -736,6 +736,9 @@ def _archive(folder, base, not_copied, budget):
     return buf.getvalue()
 
 
+EXPORTED_BASE = ("commit", "git", "config", "meta", "env")  # what import_state reads; the rest is derived again
+
+
 def export_state(req):
     """Everything a fork needs to be this sandbox now: the repository with its whole ``.git``, the scratch
     folders, and the pristine base a reset goes back to. Running processes are not part of it."""
@@ -757,7 +760,8 @@ def export_state(req):
         if os.path.isdir(folder):
             scratch[folder] = archive(folder, folder)
     repo = archive(ROOT, ".")
-    base = {k: base64.b64encode(v).decode() if isinstance(v, bytes) else v for k, v in _BASE.items()}
+    base = {k: base64.b64encode(v).decode() if isinstance(v, bytes) else v for k, v in _BASE.items()
+            if k in EXPORTED_BASE}
     return {"repo": repo, "scratch": scratch, "base": base, "not_copied": not_copied}
 
 
@@ -967,7 +971,12 @@ HARDENED = {}
 
 def _answer(req, answer):
     answer["id"] = req.get("id")
-    sys.stdout.write(json.dumps(answer) + "\n")
+    try:
+        line = json.dumps(answer)
+    except (TypeError, ValueError) as exc:  # a bug of the runner's: said as one, never a dead runner
+        line = json.dumps({"ok": False, "error": f"runner bug: its answer to {req.get('op')!r} is not JSON: {exc}",
+                           "id": req.get("id")})
+    sys.stdout.write(line + "\n")
     sys.stdout.flush()
 
 
