@@ -447,6 +447,36 @@ def test_a_tampered_git_folder_is_the_bases_again_after_a_reset(env, kind):
     assert env._sandbox.diff() == ""
 
 
+# Working-tree changes that sizes and times do not show, and one git's own reset leaves (a hard link), all made by the
+# first command after a reset (as close as an agent gets to that reset's last look): the next reset undoes each,
+# however it puts the tree back (the runner's own way from the base it holds, or git's).
+HIDDEN_CHANGES = ("cp -p pyproject.toml /tmp/keep && printf X | dd of=pyproject.toml bs=1 conv=notrunc 2>/dev/null && "
+                  "touch -r /tmp/keep pyproject.toml; "  # same size, same times: only the content (and ctime) differ
+                  "ln calc/ops.py calc/twin.py; "  # a hard link (the base file keeps one: nothing to count next time)
+                  "cp -p calc/__init__.py /tmp/i && rm calc/__init__.py && cp -p /tmp/i calc/__init__.py && "
+                  "chmod 000 calc/__init__.py; "  # same bytes, another inode, unreadable
+                  "rm -r tests && ln -s calc tests; "  # a folder becomes a link
+                  "mkdir -p sub/.git && echo 'ref: refs/heads/x' > sub/.git/HEAD; "  # a nested repository
+                  "mkfifo calc/pipe; printf x > calc/.hidden && touch -d @946684800 calc/.hidden calc")
+TREE_PRINT = ("find . -path ./.git -prune -o -printf '%p %y %m %n %s %T@ %U %l\\n' | sort; "
+              "find . -path ./.git -prune -o -type f -print0 | sort -z | xargs -0 sha256sum 2>&1; "
+              "git status --porcelain --ignored")
+
+
+def test_a_reset_undoes_what_sizes_and_times_do_not_show(env):
+    env.reset()
+    base = bash(env, TREE_PRINT)[0]
+    ways = []
+    for _ in range(3):
+        bash(env, HIDDEN_CHANGES)
+        assert bash(env, TREE_PRINT)[0] != base
+        ways.append(sorted(env._sandbox.reset()))
+        env.reset()
+        assert bash(env, TREE_PRINT)[0] == base
+        assert env._sandbox.diff() == ""
+    assert all("fast_tree" in phases for phases in ways), ways  # the runner's own way, not git's
+
+
 def test_an_edit_that_restores_size_and_times_still_counts_as_an_edit(env):
     # The tree id is reused while no file changed: what no process can set back (ctime) must decide, not mtime.
     bash(env, "sleep 0.2")  # every file settled: the next tree id may come from the cache

@@ -73,8 +73,17 @@ BASE_MTIME_NS = 946684800 * 10**9  # 2000-01-01T00:00:00Z
 BASE_ATIME_NS = 4102444800 * 10**9  # 2100-01-01T00:00:00Z
 # (inode, ctime) of each path after the last metadata pass: any change since (mode, owner, xattr, content,
 # times) moves ctime, which no process can set, so only paths whose pair differs need more than their lstat.
-# (ctime may tick coarsely, a few ms; the agent's first command after a reset starts much later than that.)
+# ctime ticks coarsely (a few ms, a second on some file systems): a change in the same tick as the pair was taken
+# could keep it, so a pair whose ctime is later than _CLEAN_BEFORE (set when a reset ends) proves nothing.
 _SETTLED = {}
+_GIT_SETTLED = {}  # the same for .git's paths that _sync_git found the base's
+_CLEAN_BEFORE = [0]
+RACY_MARGIN_NS = 2 * 10**9  # over one tick of the coarsest timestamps (a second), and the coarse clock's lag
+# The base's working tree as the runner holds it, for a reset without git (see _fast_tree): ``{path: (kind, data)}``,
+# data a file's bytes (None past CONTENT_LIMIT: a change there takes git's reset) or a link's target.
+_CONTENT = {}
+_CONTENT_TRIED = [False]  # whether this base was looked at for it (a base it cannot be held for is not read again)
+CONTENT_LIMIT = 32 << 20
 _SCRATCH_MODES = {}  # each scratch folder's mode when first seen (before any command of the agent's)
 LIBC = ctypes.CDLL(None, use_errno=True)
 AGENT = {"uid": None, "prefix": []}  # the uid commands run as; the nested-namespace launcher, if any
@@ -400,6 +409,9 @@ def load(req):
     _BASE["commit"], _BASE["git"] = _git("rev-parse", "HEAD").strip(), _tar_of(os.path.join(ROOT, ".git"))
     _BASE["members"] = None
     _TREE.clear()
+    _GIT_SETTLED.clear()
+    _hold_content(_git("ls-files", "-z", "-s").split("\0"))
+    _CLEAN_BEFORE[0] = time.time_ns() - RACY_MARGIN_NS
     with open(os.path.join(ROOT, ".git", "config"), "rb") as fh:
         _BASE["config"] = fh.read()
     answer = {"commit": _BASE["commit"], "tree": _git("rev-parse", BASE_TAG + "^{tree}").strip(), "killed": killed}
@@ -457,6 +469,7 @@ def _tar_of(folder):
 def _restore_git():
     """Replace ``.git`` with the one :func:`load` made (whatever the agent did to it)."""
     _remove(os.path.join(ROOT, ".git"))
+    _GIT_SETTLED.clear()
     with tarfile.open(fileobj=io.BytesIO(_BASE["git"])) as tar:
         tar.extractall(ROOT)
 
@@ -500,12 +513,15 @@ def _sync_git():
             rel = os.path.relpath(full, ROOT)
             st = os.lstat(full)
             want = members.get(rel)
-            kind = "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else \
-                "link" if stat.S_ISLNK(st.st_mode) else "other"
+            if want is not None and _settled(_GIT_SETTLED, rel, st):
+                seen.add(rel)
+                continue
+            kind = _kind(st)
             same = want is not None and want[0] == kind and (
                 kind == "dir" or (kind == "link" and os.readlink(full) == want[3])
                 or (kind == "file" and st.st_size == len(want[3]) and _read_bytes(full) == want[3]))
             if not same:
+                _GIT_SETTLED.pop(rel, None)
                 _remove(full)
                 if name in dirs:
                     dirs.remove(name)
@@ -513,6 +529,8 @@ def _sync_git():
             seen.add(rel)
             if kind != "link" and stat.S_IMODE(st.st_mode) != stat.S_IMODE(want[1]):
                 os.chmod(full, stat.S_IMODE(want[1]))
+                st = os.lstat(full)
+            _GIT_SETTLED[rel] = (st.st_ino, st.st_ctime_ns)
     for rel in sorted(members):  # folders before what they hold
         if rel in seen or rel == ".git":
             continue
@@ -537,6 +555,93 @@ def _read_bytes(path):
             return fh.read()
     except OSError:  # unreadable (the agent's chmod 000): not the base's, so it is replaced
         return None
+
+
+def _kind(st):
+    mode = st.st_mode
+    return "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "link" if stat.S_ISLNK(mode) else "other"
+
+
+def _settled(records, rel, st):
+    """Whether ``rel`` (``st`` its lstat) is as a look at it found it last: same inode, same ctime, and that ctime
+    old enough (before :data:`_CLEAN_BEFORE`) that no change could have left it."""
+    return records.get(rel) == (st.st_ino, st.st_ctime_ns) and st.st_ctime_ns < _CLEAN_BEFORE[0]
+
+
+def _hold_content(listed=None):
+    """Hold the base's working tree (as it is now: just loaded, or just put back by git) for :func:`_fast_tree`:
+    every folder, link and file (``listed``: git's ``ls-files -s -z`` fields, the paths git keeps; ``None``: every
+    path now there), files' bytes up to :data:`CONTENT_LIMIT` in all. A submodule or a special file leaves nothing
+    held: every reset then takes git's way."""
+    _CONTENT.clear()
+    _CONTENT_TRIED[0] = True
+    kept = None
+    if listed is not None:
+        kept = set()
+        for field in filter(None, listed):
+            info, path = field.split("\t", 1)
+            if info.startswith("160000") or "\ufffd" in path:  # a submodule, a name not UTF-8: git's business
+                return
+            kept.add(path)
+    budget, held = CONTENT_LIMIT, {}
+    for full, rel, st in _tree_entries(ROOT, "."):
+        kind = _kind(st)
+        if kind == "dir":
+            held[rel] = ("dir", None)  # (a folder git does not keep is put back too, by _put_back_metadata)
+        elif kept is not None and rel not in kept:
+            continue  # untracked at load (ignored): git's clean removes it, so does _fast_tree
+        elif kind == "link":
+            held[rel] = ("link", os.readlink(full))
+        elif kind == "file" and st.st_nlink == 1:
+            data = None
+            if st.st_size <= budget:
+                data = _read_bytes(full)
+                budget -= len(data or b"")
+            held[rel] = ("file", data)
+        else:
+            return
+    _CONTENT.update(held)
+
+
+def _fast_tree():
+    """Put the working tree back to the base held by :func:`_hold_content`, without git: what is not the base's
+    removed, what differs from it rewritten, what is missing made. Only paths not :func:`_settled` are looked at;
+    metadata is :func:`_put_back_metadata`'s. False, having changed nothing, when nothing is held or a path to put
+    back was over the limit: git's reset and clean do it then."""
+    if not _CONTENT:
+        return False
+    present, stale = set(), []
+    for full, rel, st in _tree_entries(ROOT, "."):
+        present.add(rel)
+        if not _settled(_SETTLED, rel, st):
+            stale.append((full, rel, st))
+    missing = [rel for rel in _CONTENT if rel not in present]
+    if any(_CONTENT[rel][1] is None and _CONTENT[rel][0] == "file"
+           for rel in [*missing, *(rel for _, rel, _ in stale if rel in _CONTENT)]):
+        return False
+    for full, rel, st in stale:  # children before their folder
+        want = _CONTENT.get(rel)
+        kind = _kind(st)
+        if want is not None and want[0] == kind and (
+                kind == "dir" or (kind == "link" and os.readlink(full) == want[1])
+                or (kind == "file" and st.st_nlink == 1 and st.st_size == len(want[1])
+                    and _read_bytes(full) == want[1])):
+            continue
+        _remove(full)
+        if want is not None:
+            missing.append(rel)
+    for rel in sorted(missing):  # folders before what they hold
+        full = os.path.join(ROOT, rel)
+        kind, data = _CONTENT[rel]
+        if kind == "dir":
+            os.mkdir(full, 0o700)
+        elif kind == "link":
+            os.symlink(data, full)
+        else:
+            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+    return True
 
 
 def _clear(folder):
@@ -605,8 +710,11 @@ def reset(req):
     try:
         _sync_git()
         lap("sync_git")
-        _git_chain([["reset", "-q", "--hard", _BASE["commit"]], ["clean", "-q", "-ffdx"]])
-        lap("git_reset_clean")
+        if _fast_tree():
+            lap("fast_tree")
+        else:
+            _git_chain([["reset", "-q", "--hard", _BASE["commit"]], ["clean", "-q", "-ffdx"]])
+            lap("git_reset_clean")
         _put_back_metadata()
         lap("metadata")
     except (RuntimeError, OSError):  # a full disk, say: start from an empty folder and check the base out
@@ -615,6 +723,10 @@ def reset(req):
         _git("reset", "-q", "--hard", _BASE["commit"])
         _put_back_metadata()
         lap("from_empty")
+    if not _CONTENT_TRIED[0]:  # (after a fork's import_state): the tree is the base's now, as git put it back
+        _hold_content()
+        lap("hold_content")
+    _CLEAN_BEFORE[0] = time.time_ns() - RACY_MARGIN_NS  # every pair taken above is older than this look
     return {"killed": killed, "phases": phases}
 
 
@@ -679,7 +791,7 @@ def _put_back_metadata():
             os.mkdir(full, 0o700)
     settled = {}
     for full, rel, st in [*_tree_entries(ROOT, "."), (ROOT, ".", os.lstat(ROOT))]:
-        changed = _SETTLED.get(rel) != (st.st_ino, st.st_ctime_ns)
+        changed = not _settled(_SETTLED, rel, st)
         if changed:
             base = meta.get(rel)
             stripped = _strip_xattrs(full)
@@ -797,6 +909,9 @@ def import_state(req):
     _BASE["meta"] = base.get("meta") or {}
     _BASE["env"] = _tree_env(base.get("env"))
     _SETTLED.clear()  # another file system: every path is looked at in full on the next reset
+    _GIT_SETTLED.clear()
+    _CONTENT.clear()  # held again after the next reset (by git) puts the base back
+    _CONTENT_TRIED[0] = False
     return {"killed": killed}
 
 
