@@ -1,12 +1,13 @@
 """Sandbox speed, measured side by side in one run (these machines are noisy; compare ratios).
 
-1. Reset latency: our env's warm ``reset`` (git reset + clean in a resident container) versus a fresh
+1. Reset latency: our env's warm ``reset`` (the tree put back in a resident container, by the runner from the base
+   it holds, or by git's reset + clean) versus a fresh
    container per episode, as SWE-bench-style harnesses do (``docker run`` + copy the repo in + commit).
 2. Tool-step overhead: ``env.step`` of a ``bash`` call versus a raw ``docker exec`` of the same command
    in the same container; and an ``edit`` step, which changes a file, so its tree id is git's, not a cached one.
 
 Where the time goes: each reset phase as the runner times it (process sweep, scratch folders, ``.git`` synced
-back, git's reset and clean, metadata), and a step's parts (the channel's round trip, the command as the runner
+back, the tree put back (``fast_tree``; ``git_reset_clean`` where git does it), metadata), and a step's parts (the channel's round trip, the command as the runner
 runs it, the tree id an env step asks for).
 
 3. Fork latency (issue 24): ``env.fork(n)`` for n = 1, 8, 32 mid-episode, the forks taken from a warm pool, beside
