@@ -38,6 +38,7 @@ from repogym.envs.rewards.evaluate import prepared
 from repogym.envs.rewards.components import EpisodeFacts, RewardConfig, compute_reward
 from repogym.envs.rewards.facts import analyze_sandbox, ran_tests_since_last_edit, tests_since_last_edit
 from repogym.envs.sandbox import SandboxConfig, SandboxRequestError, default_backend, sandbox_factory
+from repogym.envs.sandbox.base import Sandbox
 from repogym.envs.sandbox.cleanup import close_later, wait_closed
 from repogym.envs.sandbox.pool import SandboxPool
 from repogym.envs.core.status import Status, excluded
@@ -162,7 +163,7 @@ class RepoTaskEnv(gym.Env):
         self.action_space = AnyText()
         self._sandbox = None
         self._sandbox_key: str | None = None
-        self._pools: dict[str, SandboxPool] = {}
+        self._pools: dict[tuple[str, str], SandboxPool] = {}  # by (environment, base)
         self._fork_pools: dict[str, SandboxPool] = {}
         self._owns_pools = True  # forks share their source's pools; only the source closes them
         self.fork_info: ForkInfo | None = None
@@ -221,12 +222,16 @@ class RepoTaskEnv(gym.Env):
         # Sandboxes health-checked and holding the task's base as they are pooled (evaluate.prepared): a grading starts
         # at the patch. One pool per task's base; the last task's pools go when the task changes (a fork still
         # grading one of them gets a sandbox started for it: a closed pool's acquire starts one).
-        key = f"{task.env_key}/{snapshot(task).key}"
+        key = (task.env_key, snapshot(task).key)
         if key not in self._pools:
+            spares: list[Sandbox] = []
             if self._owns_pools:
                 for old in [k for k in self._pools if k != key]:
-                    close_later(self._pools.pop(old), timeout=0)  # a reset does not wait for containers' removal
-            grading = prepared(self._factory(task, grading=True), task)
+                    pool = self._pools.pop(old)
+                    if old[0] == task.env_key:  # the same environment: its waiting sandboxes take this base instead
+                        spares += pool.take_ready()
+                    close_later(pool, timeout=0)  # a reset does not wait for containers' removal
+            grading = prepared(self._factory(task, grading=True), task, spares)
             self._pools[key] = SandboxPool(grading, self.config.eval_pool_size)
         return self._pools[key]
 

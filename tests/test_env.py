@@ -46,6 +46,30 @@ def test_check_env_passes_on_the_registered_id(backend, tiny_task):
 
 
 @pytest.mark.docker
+def test_a_switch_within_one_environment_loads_the_waiting_grading_sandbox_instead_of_starting_one(backend, tiny_task):
+    """The grading sandbox waiting for the last task (never acquired: nothing ran in it) takes the next task's base;
+    grading in it after two switches still gives the gold patch its pass."""
+    from repogym.envs.tasks.repos import snapshot
+
+    other = replace(tiny_task, instance_id="tiny__calc-other", base_commit=tiny_task.base_commit + "~1")
+    environment = RepoTaskEnv(tasks=[tiny_task, other], sandbox=backend, max_turns=20)
+    try:
+        waiting = []
+        for task in (tiny_task, other, tiny_task):
+            environment.reset(options={"task_id": task.instance_id})
+            pool = environment._grading_pool(task)
+            box = pool._ready.get(timeout=120)  # filled (by a load of the one before, or a start)
+            assert box.snapshot_key == snapshot(task).key
+            pool._ready.put(box)
+            waiting.append(box)
+        assert waiting[0] is waiting[1] is waiting[2]  # one sandbox, loaded twice, never started again
+        environment.step(call("apply_patch", patch=tiny_task.patch))
+        _, reward, terminated, _, info = environment.step(call("submit"))
+        assert terminated and reward == 1.0, info.get("eval")
+    finally:
+        environment.close()
+
+
 def test_grading_sandboxes_yield_the_cpu_to_the_agents_sandbox(tiny_task):
     """The warm grading sandbox a reset starts has the grading weight (batch work), the agent's the default."""
     import time

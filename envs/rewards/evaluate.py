@@ -184,14 +184,33 @@ def health_check(sandbox: Sandbox, runner: str = "pytest") -> None:
                                     f"{(result.stdout + result.stderr).strip()[-400:]}")
 
 
-def prepared(make_sandbox: Callable[[], Sandbox], task: Task) -> Callable[[], Sandbox]:
+def prepared(make_sandbox: Callable[[], Sandbox], task: Task, spares: list[Sandbox] | None = None
+             ) -> Callable[[], Sandbox]:
     """``make_sandbox`` whose sandboxes passed :func:`health_check` for ``task``'s runner and hold its base (one that
     fails either is closed, its error raised): the factory of a warm :class:`~repogym.envs.sandbox.pool.SandboxPool`
     for grading ``task``, so both are done while the agent works; :func:`grade` (``checked=True``) then starts at the
-    patch. Nothing of the agent's has run in them: a failure here is the infrastructure's, as it is in :func:`grade`."""
+    patch. Nothing of the agent's has run in them: a failure here is the infrastructure's, as it is in :func:`grade`.
+
+    ``spares``: sandboxes this factory made for another task of the same environment (same setup, so the same check
+    passed) that were never acquired, so nothing ran in them (:meth:`SandboxPool.take_ready`): each is loaded with
+    ``task``'s base before a new sandbox is started (a load, which clears the last base whole, instead of a start)."""
     runner = runner_name(task.setup)
+    spares = spares if spares is not None else []
 
     def make() -> Sandbox:
+        while True:
+            try:
+                spare = spares.pop()  # (the pool's thread and an acquire may both ask: pop is atomic)
+            except IndexError:
+                break
+            try:
+                spare.load(snapshot(task))
+                return spare
+            except (InfraError, SandboxRequestError):  # that container is lost: a new start instead
+                close_later(spare)
+            except BaseException:
+                spare.close()
+                raise
         sandbox = make_sandbox()
         try:
             health_check(sandbox, runner)

@@ -120,6 +120,17 @@ class SandboxPool:
         self._wanted.release()
         return sandbox
 
+    def take_ready(self) -> list[Sandbox]:
+        """Stop refilling and hand over every sandbox waiting (never acquired, so nothing ran in it): the caller owns
+        them now (:meth:`close` then closes none of them)."""
+        self.stop()
+        taken = []
+        while True:
+            try:
+                taken.append(self._ready.get_nowait())
+            except queue.Empty:
+                return taken
+
     def stop(self) -> None:
         """Stop refilling (a start in progress finishes, and its sandbox is closed); returns at once."""
         self._closed.set()
