@@ -196,3 +196,26 @@ def test_a_killed_ray_workers_sandboxes_are_reaped_by_the_driver_and_close_leave
         assert leftovers(run_id) == []
     finally:
         ray.shutdown()
+
+
+def test_closing_while_the_interpreter_shuts_its_executors_down_does_not_raise(monkeypatch):
+    """A worker thread that closes its env as the process exits (bench's, after the main thread returned) finds the
+    closing thread's executor shut down: what it hands over is closed on the spot, and the wait returns."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from repogym.envs.sandbox import cleanup
+
+    stopped = ThreadPoolExecutor(max_workers=1)
+    stopped.shutdown()
+    monkeypatch.setitem(cleanup._state, "closer", stopped)
+
+    class Box:
+        closed = 0
+
+        def close(self, **kwargs):
+            self.closed += 1
+
+    box = Box()
+    cleanup.close_later(box)
+    assert box.closed == 1
+    cleanup.wait_closed(timeout=1)

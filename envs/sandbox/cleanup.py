@@ -89,8 +89,11 @@ def close_later(sandbox: Any, **close_args: Any) -> None:
         if not _exiting.is_set():
             if "closer" not in _state:  # one thread for the process's life, started on first use
                 _state["closer"] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="repogym-close")
-            _state["closer"].submit(_close_logged, sandbox, close_args)
-            return
+            try:
+                _state["closer"].submit(_close_logged, sandbox, close_args)
+                return
+            except RuntimeError:  # the interpreter is shutting its executors down (exiting): close here, now
+                pass
     sandbox.close(**close_args)
 
 
@@ -98,8 +101,13 @@ def wait_closed(timeout: float = 60.0) -> None:
     """Wait until what :func:`close_later` was given so far is closed (an env's close leaves nothing running)."""
     with _lock:
         closer = _state.get("closer")
-    if closer is not None:
-        closer.submit(lambda: None).result(timeout=timeout)  # one thread, in order: done when all before it are
+    if closer is None:
+        return
+    try:
+        marker = closer.submit(lambda: None)  # one thread, in order: done when all before it are
+    except RuntimeError:  # shut down as the interpreter exits: what it still held, the exit's close_all closes
+        return
+    marker.result(timeout=timeout)
 
 
 def _close_logged(sandbox: Any, close_args: dict[str, Any]) -> None:
