@@ -232,7 +232,7 @@ class RepoTaskEnv(gym.Env):
                         spares += pool.take_ready()
                     close_later(pool, timeout=0)  # a reset does not wait for containers' removal
             grading = prepared(self._factory(task, grading=True), task, spares)
-            self._pools[key] = SandboxPool(grading, self.config.eval_pool_size)
+            self._pools[key] = SandboxPool(grading, self.config.eval_pool_size, spares=spares)
         return self._pools[key]
 
     def _fork_pool(self, task: Task) -> SandboxPool:

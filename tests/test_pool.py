@@ -155,3 +155,17 @@ def test_closing_at_exit_logs_an_outside_failure_and_keeps_a_bug_for_reporting(c
         cleanup._close_quietly(our_bug, "box-2", bugs)
     assert [type(b) for b in bugs] == [TypeError]  # reported by close_all once everything else is closed
     assert any("box-1" in r.getMessage() and "daemon went away" in r.getMessage() for r in caplog.records)
+
+
+def test_spares_the_factory_has_not_taken_are_closed_or_handed_over_with_the_pool():
+    """A pool closed (or emptied for the next one) before its factory took the spares it was given leaks none."""
+    boxes = [Box(), Box()]
+    spares = list(boxes)
+    pool = SandboxPool(Factory(), size=0, spares=spares)
+    pool.close()
+    assert all(box.closed for box in boxes) and not spares
+    handed = [Box(), Box()]
+    pool = SandboxPool(Factory(), size=0, spares=list(handed))
+    assert sorted(map(id, pool.take_ready())) == sorted(map(id, handed))
+    pool.close()
+    assert not any(box.closed for box in handed)  # the taker's now

@@ -28,13 +28,16 @@ class SandboxPool:
     """Keeps up to ``size`` started sandboxes ready; ``acquire`` hands one out and a thread refills."""
 
     def __init__(self, factory: Callable[[], Sandbox], size: int = 1, *, max_failures: int = 10,
-                 backoff_s: float = 1.0, max_backoff_s: float = 60.0):
+                 backoff_s: float = 1.0, max_backoff_s: float = 60.0, spares: list[Sandbox] | None = None):
         """``max_failures``: failed starts in a row before the pool stops refilling; ``backoff_s``: the pause after
-        the first, doubled after each further one up to ``max_backoff_s``."""
+        the first, doubled after each further one up to ``max_backoff_s``; ``spares``: the list of sandboxes the
+        factory takes before it starts any (:func:`repogym.envs.rewards.evaluate.prepared`): those it has not taken
+        yet are the pool's too, closed by :meth:`close` and handed over by :meth:`take_ready`."""
         if max_failures < 1 or backoff_s < 0 or max_backoff_s < backoff_s:
             raise ConfigError(f"expected max_failures >= 1 and 0 <= backoff_s <= max_backoff_s, got {max_failures}, "
                              f"{backoff_s}, {max_backoff_s}")
         self.factory, self.size = factory, max(0, int(size))
+        self._spares = spares if spares is not None else []
         self.max_failures, self.backoff_s, self.max_backoff_s = max_failures, backoff_s, max_backoff_s
         self.failures = 0
         """Failed starts in a row of the filling thread (0 after a success)."""
@@ -124,11 +127,19 @@ class SandboxPool:
         """Stop refilling and hand over every sandbox waiting (never acquired, so nothing ran in it): the caller owns
         them now (:meth:`close` then closes none of them)."""
         self.stop()
-        taken = []
+        taken = self._untaken_spares()
         while True:
             try:
                 taken.append(self._ready.get_nowait())
             except queue.Empty:
+                return taken
+
+    def _untaken_spares(self) -> list[Sandbox]:
+        taken = []
+        while True:
+            try:
+                taken.append(self._spares.pop())  # (atomic: the factory may pop at the same time)
+            except IndexError:
                 return taken
 
     def stop(self) -> None:
@@ -143,4 +154,6 @@ class SandboxPool:
             self._thread.join(timeout=max(0.0, timeout))
         while not self._ready.empty():
             self._ready.get_nowait().close()
+        for spare in self._untaken_spares():
+            spare.close()
         cleanup.unregister_pool(self)
