@@ -17,8 +17,8 @@ never a crash; no file it writes may appear on the host, no host environment var
 sets for the run) may show in its output, and no file of an earlier episode may survive a reset.
 
 Printed: episodes by status, per attack how many hostile episodes scored 0, infra_error rate, kills,
-reset / tool-step / submit latency p50 and p95 idle versus under load and their ratios (hostile episodes
-left out), RSS before and after (and growth), and leaks after close: containers still labelled with the
+warm reset / reset with a load (another base, or a new sandbox) / tool-step / submit latency p50 and p95 idle
+versus under load and their ratios (hostile episodes left out), RSS before and after (and growth), and leaks after close: containers still labelled with the
 run id, descendant processes of this process, local-sandbox temp folders, threads born during the load
 phase (threads a process keeps for life, such as the owner heartbeat, start in the idle phase), and
 files of hostile episodes found on the host. Exit status 1 when anything leaked or an invariant broke:
@@ -112,6 +112,9 @@ class Episode:
     """The env said the agent killed its own sandbox (``error: sandbox_killed``); no scripted step does."""
     first: bool = False
     """The env's first episode (a cold start: left out of the latency figures)."""
+    warm_reset: bool = True
+    """Its reset kept the sandbox and the base it held (a warm reset), rather than loading another task's base or
+    starting a new sandbox (after a kill): the two are timed apart."""
     reward: float | None = None
     """The episode's reward (NaN for an infra_error; None when it never finished)."""
     attack: str | None = None
@@ -198,7 +201,7 @@ class SoakReport:
     def latency(self) -> dict[str, dict[str, float]]:
         """p50/p95 seconds of resets, tool steps and submits, idle versus load, and the load/idle ratios."""
         out = {}
-        for kind in ("reset", "tool step", "submit"):
+        for kind in ("reset", "reset with load", "tool step", "submit"):
             row = {}
             for phase in ("idle", "load"):
                 values = samples(self.phase(phase), kind)
@@ -310,11 +313,12 @@ def ratio(a: float, b: float) -> float:
 
 
 def samples(episodes: list[Episode], kind: str) -> list[float]:
-    """Seconds of ``kind`` (``reset``, ``tool step``, ``submit``) over warm episodes that met no infra_error."""
+    """Seconds of ``kind`` (``reset``: warm ones; ``reset with load``: another base loaded or a new sandbox;
+    ``tool step``, ``submit``) over warm episodes that met no infra_error."""
     # Attacks (fills, kills) are not the latencies a policy sees; they are judged on their own.
     warm = [e for e in episodes if not e.first and not e.infra_error and e.status != CRASH and e.attack is None]
-    if kind == "reset":
-        return [e.reset_s for e in warm if e.reset_s is not None]
+    if kind in ("reset", "reset with load"):
+        return [e.reset_s for e in warm if e.reset_s is not None and e.warm_reset == (kind == "reset")]
     want_submit = kind == "submit"
     return [s for e in warm for tool, s in e.steps if (tool == "submit") == want_submit]
 
@@ -520,14 +524,24 @@ class Timed(gym.Wrapper):
     def __init__(self, env: gym.Env):
         super().__init__(env)
         self.reset_s: float | None = None
+        self.warm = False
+        """Whether the last reset was warm (see :attr:`Episode.warm_reset`)."""
         self.steps: list[tuple[str, float]] = []
 
     def reset(self, *, seed=None, options=None):
-        self.reset_s, self.steps = None, []
+        self.reset_s, self.steps, self.warm = None, [], False
+        before = self._sandbox_state()
         start = time.perf_counter()
         out = self.env.reset(seed=seed, options=options)
         self.reset_s = time.perf_counter() - start
+        after = self._sandbox_state()
+        self.warm = before is not None and after is not None and before[0] is after[0] and before[1] == after[1]
         return out
+
+    def _sandbox_state(self):
+        """(the agent's sandbox, the base it holds): both the same after a warm reset."""
+        box = self.env.unwrapped._sandbox
+        return None if box is None else (box, box.snapshot_key)
 
     def step(self, action):
         start = time.perf_counter()
@@ -571,6 +585,7 @@ def play(env: Timed, agents: dict[str, Any], tasks: list[Task], index: int, j: i
     if attack is not None:
         episode.findings = list(agents["hostile"].findings)
     episode.end, episode.reset_s, episode.steps = time.monotonic(), env.reset_s, list(env.steps)
+    episode.warm_reset = env.warm
     return episode
 
 

@@ -11,7 +11,8 @@ from tests.conftest import require_backend
 
 
 def _episode(env=0, start=0.0, end=1.0, status="resolved", agent="oracle", phase="load", first=False, **kw):
-    return Episode(env, phase, agent, "t", start, end, status, turns=2, reset_s=0.01,
+    kw.setdefault("reset_s", 0.01)
+    return Episode(env, phase, agent, "t", start, end, status, turns=2,
                    steps=[("bash", 0.02), ("submit", 0.5)], first=first, **kw)
 
 
@@ -46,6 +47,7 @@ def test_latency_samples_leave_out_cold_starts_and_infra_errors():
     assert samples(eps, "tool step") == [0.02]
     assert samples(eps, "submit") == [0.5]
     assert samples(eps, "reset") == [0.01]
+    assert samples(eps + [_episode(warm_reset=False, reset_s=0.05)], "reset with load") == [0.05]  # timed apart
 
 
 def test_a_clean_report_has_no_problems_and_renders():
@@ -100,7 +102,7 @@ def test_play_keeps_a_bug_of_ours_apart_from_an_infrastructure_failure(monkeypat
         EpisodeResult("t", "null", Status.INFRA_ERROR, nan, 1, 0.1,
                       {"status": Status.INFRA_ERROR, "error": {"where": "sandbox.run", "message": "gone"}})])
     monkeypatch.setattr(soak, "run_episode", lambda *args, **kwargs: next(results))
-    env, tasks = SimpleNamespace(reset_s=0.01, steps=[]), [SimpleNamespace(instance_id="t")]
+    env, tasks = SimpleNamespace(reset_s=0.01, steps=[], warm=True), [SimpleNamespace(instance_id="t")]
     bug, infra = (soak.play(env, {"oracle": None, "null": None}, tasks, 0, j, 0, "load") for j in (0, 1))
     assert (bug.status, bug.error, bug.infra_error) == (Status.INTERNAL_ERROR, "env.step", False)
     assert (infra.status, infra.error, infra.infra_error) == (Status.INFRA_ERROR, "sandbox.run", True)
