@@ -191,10 +191,16 @@ def twin_source(source: str, test_ids: list[str], taken: set[str] | None = None)
         tree = pyast.parse(source)
     except (SyntaxError, ValueError):
         return None
-    taken = set(taken or ()) | {n.name for n in ast.walk(tree) if isinstance(n, (
-        ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))} | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    loaded |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    taken, loaded = set(taken or ()), set()  # every name defined or used; those read (a call by name among them)
+    for n in ast.walk(tree):  # (one walk: a graded file can be long)
+        if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+            taken.add(n.name)
+        elif isinstance(n, ast.Name):
+            taken.add(n.id)
+            if isinstance(n.ctx, ast.Load):
+                loaded.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            loaded.add(n.attr)
     lines = source.split("\n")
     edits: list[tuple[int, int, list[str]]] = []
     made: dict[str, tuple[str, str, list[tuple[str, str]]]] = {}
