@@ -592,9 +592,12 @@ def play(env: Timed, agents: dict[str, Any], tasks: list[Task], index: int, j: i
 # -- the soak -----------------------------------------------------------------------------------------
 def soak(n_envs: int = 16, minutes: float = 5.0, kill_every_s: float | None = 5.0, backend: str = "docker",
          seed: int = 0, tasks: list[str | Task] | None = None, idle_episodes: int = 8,
-         log: Callable[[str], Any] | None = None, hostile_every: int | None = None) -> SoakReport:
+         log: Callable[[str], Any] | None = None, hostile_every: int | None = None,
+         min_episodes: int = 0) -> SoakReport:
     """Run the soak described in the module docstring; ``kill_every_s`` None or 0: no kills; ``hostile_every``
-    N: every N-th load-phase episode of each env is hostile (None or 0: none; 1: all of them)."""
+    N: every N-th load-phase episode of each env is hostile (None or 0: none; 1: all of them); ``min_episodes``:
+    each env plays at least this many load-phase episodes, past the deadline if the machine is slow (a short soak
+    that must run every attack)."""
     if n_envs < 1:
         raise ConfigError(f"n_envs must be >= 1, got {n_envs}")
     if minutes <= 0:
@@ -615,7 +618,7 @@ def soak(n_envs: int = 16, minutes: float = 5.0, kill_every_s: float | None = 5.
     os.environ[SECRET_VAR] = secret
     try:
         return _soak(n_envs, minutes, kill_every_s, backend, task_list, run_id, secret, rng, seed, idle_episodes,
-                     log, hostile_every or None)
+                     log, hostile_every or None, min_episodes)
     finally:
         if previous_secret is None:
             os.environ.pop(SECRET_VAR, None)
@@ -625,7 +628,7 @@ def soak(n_envs: int = 16, minutes: float = 5.0, kill_every_s: float | None = 5.
 
 def _soak(n_envs: int, minutes: float, kill_every_s: float | None, backend: str, task_list: list[Task], run_id: str,
           secret: str, rng: random.Random, seed: int, idle_episodes: int, log: Callable[[str], Any],
-          hostile_every: int | None) -> SoakReport:
+          hostile_every: int | None, min_episodes: int = 0) -> SoakReport:
     procs_before, dirs_before = set(descendants()), _sandbox_dirs()
     close_errors: list[str] = []
 
@@ -669,7 +672,7 @@ def _soak(n_envs: int, minutes: float, kill_every_s: float | None, backend: str,
         first_attack = index * len(ATTACKS) // n_envs
         try:
             j = 0
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline or j < min_episodes:
                 episodes.append(play(env, mine, task_list, index, j, seed + 1000 * (index + 1), "load", hostile_every,
                                      first_attack))
                 j += 1
