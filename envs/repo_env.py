@@ -90,9 +90,10 @@ class EnvConfig:
     eval_pool_size: int = 1
     """Grading sandboxes kept started ahead of time (per environment image)."""
     grading_cpu_shares: int = 128
-    """CPU weight of grading sandboxes against the agent's (``sandbox_config.cpu_shares``, 1024): a grading is batch
-    work, so while the cores are contended it yields to live episodes' commands, whose answers the policy waits on;
-    alone it runs as fast as before. ``1024``: both alike."""
+    """CPU weight of docker grading sandboxes against the agent's (``sandbox_config.cpu_shares``, 1024): a grading is
+    batch work, so while the cores are contended it yields to live episodes' commands, whose answers the policy waits
+    on; alone it runs as fast as before. ``1024``: both alike. (The local backend's grading sandboxes keep the
+    default: their cgroups are siblings of the host's own work, not only of other sandboxes.)"""
     fork_pool_size: int = 0
     """Agent sandboxes kept started for :meth:`RepoTaskEnv.fork` (per environment image, filled from reset on);
     0: a fork starts its sandboxes when asked. Set it to the largest ``n`` you fork by for forks without a start."""
@@ -203,7 +204,10 @@ class RepoTaskEnv(gym.Env):
     # -- sandboxes -------------------------------------------------------------------------------------
     def _factory(self, task: Task, grading: bool = False):
         config = self.config.sandbox_config
-        if grading:
+        # Docker only: its containers' weights count among containers; the local backend's cgroups sit at the
+        # cgroup root beside the host's own work, where a low weight starves a grading against unrelated load (a busy
+        # CI run: a local submit took 9-16 s instead of 1).
+        if grading and self.backend == "docker":
             config = replace(config, cpu_shares=self.config.grading_cpu_shares)
         if self.backend == "local":  # the task's source repository holds history past the base
             config = replace(config, hidden_paths=config.hidden_paths + (str(repo_path(task)),))

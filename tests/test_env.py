@@ -98,6 +98,18 @@ def test_grading_sandboxes_yield_the_cpu_to_the_agents_sandbox(tiny_task):
         EnvConfig(grading_cpu_shares=1)
 
 
+def test_only_docker_grading_sandboxes_get_the_lower_weight(tiny_task, monkeypatch):
+    """The local backend's cgroups are siblings of the host's own work: a low weight there starves gradings."""
+    made = []
+    monkeypatch.setattr(repo_env, "sandbox_factory", lambda backend, setup, config: made.append((backend, config)))
+    for backend in ("docker", "local"):
+        environment = RepoTaskEnv(task=tiny_task, sandbox=backend, config=EnvConfig(grading_cpu_shares=64))
+        environment._factory(tiny_task, grading=True)
+        environment._factory(tiny_task)
+    assert [(backend, config.cpu_shares) for backend, config in made] == [
+        ("docker", 64), ("docker", 1024), ("local", 1024), ("local", 1024)]
+
+
 def test_reset_gives_problem_statement_tools_and_task_id(env, tiny_task):
     obs, info = env.reset(seed=1)
     assert tiny_task.problem_statement in obs and "submit" in obs
