@@ -145,7 +145,14 @@ def test_fsdp_over_two_gloo_ranks_equals_one_process(tmp_path: Path):
     folder = str(tmp_path / "model")
     _model().save_pretrained(folder)
     out = str(tmp_path / "ranks.pt")
-    mp.start_processes(_rank, args=(2, _free_port(), folder, out), nprocs=2, start_method="spawn")
+    try:
+        mp.start_processes(_rank, args=(2, _free_port(), folder, out), nprocs=2, start_method="spawn")
+    except mp.ProcessExitedException as exc:
+        # A rank killed by a signal, not by an error of ours (that is ProcessRaisedException, never retried): once in
+        # nine CI runs gloo's runtime aborted a rank ("terminate called without an active exception"). Once more.
+        if exc.signal_name is None:
+            raise
+        mp.start_processes(_rank, args=(2, _free_port(), folder, out), nprocs=2, start_method="spawn")
     sharded = torch.load(out)
     for name, options in (("grpo", {}), ("ppo", {})):
         # Two steps: Adam's first update is nearly lr * sign(gradient); the second depends on the gradients' sizes.
