@@ -516,18 +516,14 @@ def _sync_git():
             if want is not None and _settled(_GIT_SETTLED, rel, st):
                 seen.add(rel)
                 continue
-            kind = _kind(st)
-            same = want is not None and want[0] == kind and (
-                kind == "dir" or (kind == "link" and os.readlink(full) == want[3])
-                or (kind == "file" and st.st_size == len(want[3]) and _read_bytes(full) == want[3]))
-            if not same:
+            if want is None or not _holds(full, st, want[0], want[3]):
                 _GIT_SETTLED.pop(rel, None)
                 _remove(full)
                 if name in dirs:
                     dirs.remove(name)
                 continue
             seen.add(rel)
-            if kind != "link" and stat.S_IMODE(st.st_mode) != stat.S_IMODE(want[1]):
+            if want[0] != "link" and stat.S_IMODE(st.st_mode) != stat.S_IMODE(want[1]):
                 os.chmod(full, stat.S_IMODE(want[1]))
                 st = os.lstat(full)
             _GIT_SETTLED[rel] = (st.st_ino, st.st_ctime_ns)
@@ -536,13 +532,8 @@ def _sync_git():
             continue
         kind, mode, mtime, data = members[rel]
         full = os.path.join(ROOT, rel)
-        if kind == "dir":
-            os.mkdir(full, stat.S_IMODE(mode))
-        elif kind == "link":
-            os.symlink(data, full)
-        else:
-            with open(full, "wb") as fh:
-                fh.write(data)
+        _make(full, kind, data, stat.S_IMODE(mode))
+        if kind == "file":
             os.chmod(full, stat.S_IMODE(mode))
             os.utime(full, (mtime, mtime))
     kind, mode, mtime, _ = members.get(".git", ("dir", 0o755, 0, None))
@@ -560,6 +551,23 @@ def _read_bytes(path):
 def _kind(st):
     mode = st.st_mode
     return "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "link" if stat.S_ISLNK(mode) else "other"
+
+
+def _holds(full, st, kind, data):
+    """Whether ``full`` (``st`` its lstat) is a ``kind`` holding ``data``: a file's bytes, a link's target."""
+    return _kind(st) == kind and (kind == "dir" or (kind == "link" and os.readlink(full) == data)
+                                  or (kind == "file" and st.st_size == len(data) and _read_bytes(full) == data))
+
+
+def _make(full, kind, data, mode=0o700):
+    """Make ``full``, where nothing is, a ``kind`` holding ``data``: a folder (of ``mode``), a link, or a file
+    (:func:`_create`'s: never written through a link)."""
+    if kind == "dir":
+        os.mkdir(full, mode)
+    elif kind == "link":
+        os.symlink(data, full)
+    else:
+        _create(full, data)
 
 
 def _settled(records, rel, st):
@@ -621,26 +629,14 @@ def _fast_tree():
         return False
     for full, rel, st in stale:  # children before their folder
         want = _CONTENT.get(rel)
-        kind = _kind(st)
-        if want is not None and want[0] == kind and (
-                kind == "dir" or (kind == "link" and os.readlink(full) == want[1])
-                or (kind == "file" and st.st_nlink == 1 and st.st_size == len(want[1])
-                    and _read_bytes(full) == want[1])):
+        # (A file with a second link is rewritten: the other name, wherever it is, keeps nothing of the base's.)
+        if want is not None and (want[0] != "file" or st.st_nlink == 1) and _holds(full, st, *want):
             continue
         _remove(full)
         if want is not None:
             missing.append(rel)
     for rel in sorted(missing):  # folders before what they hold
-        full = os.path.join(ROOT, rel)
-        kind, data = _CONTENT[rel]
-        if kind == "dir":
-            os.mkdir(full, 0o700)
-        elif kind == "link":
-            os.symlink(data, full)
-        else:
-            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
+        _make(os.path.join(ROOT, rel), *_CONTENT[rel])
     return True
 
 
