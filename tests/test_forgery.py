@@ -25,7 +25,7 @@ from repogym.envs.repo_env import RepoTaskEnv
 from repogym.envs.rewards import grade
 from repogym.envs.rewards.twins import Twin, TwinPlan
 from repogym.envs.rewards.guards import check_run, harness_reach, tripped
-from repogym.envs.sandbox import SandboxConfig, sandbox_factory
+from repogym.envs.sandbox import SandboxConfig, bytecode, sandbox_factory
 from repogym.envs.sandbox.testrun import TestRun, _read_stream, aggregate_stream, launch_command
 from repogym.envs.core.status import Status
 from tests.conftest import CORRECT
@@ -398,6 +398,55 @@ def test_control_a_shadowing_file_forges_the_report_of_the_old_harness(factory, 
     patch = pyc_patch(task, tmp_path) if kind == "pyc" else patch_of(task, SHADOWS[kind], tmp_path)
     record = grade(old, patch, lambda: OldHarness(factory()))
     assert record.tests[F2P] == "passed", (record.error, record.tests, record.log_tail[-1500:])
+
+
+# -- a warm test interpreter (a grading sandbox prepared ahead): the same grading, the same attacks' fate --------
+
+KILL_PARENT = CORRECT + '''
+import os
+import signal
+
+os.kill(os.getppid(), signal.SIGKILL)  # whatever started the tests: the launcher, or the warm interpreter
+'''
+
+
+def warm_sandbox(factory, task):
+    """A grading sandbox as the env's pool makes it: checked, holding the base, a warm interpreter waiting."""
+    box = evaluate.prepared(factory, task)()
+    if box.bytecode_prefix is None:  # (a new local environment's bytecode is still being compiled: no warm one yet)
+        box.close()
+        bytecode.wait()
+        box = evaluate.prepared(factory, task)()
+    assert box.warm_interpreter is not None and box.warm_interpreter[0] == task.test_command
+    return box
+
+
+def test_a_warm_grading_grades_as_a_fresh_one(factory, task):
+    box = warm_sandbox(factory, task)
+    warm = grade(task, task.patch, lambda: box, checked=True)
+    assert box.warm_interpreter is None  # the run took it
+    fresh = grade(task, task.patch, factory)
+    assert warm.status == fresh.status == Status.RESOLVED, (warm.error, warm.log_tail[-1500:])
+    assert warm.tests == fresh.tests and set(warm.guards.values()) == {"ok"}
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "fresh"])
+def test_the_fix_that_kills_what_started_its_tests_earns_0(factory, task, tmp_path, warm):
+    patch = patch_of(task, {"calc/ops.py": KILL_PARENT}, tmp_path)
+    make = (lambda box=warm_sandbox(factory, task): box) if warm else factory
+    record = grade(task, patch, make, checked=warm)
+    assert record.status == Status.UNRESOLVED, (record.status, record.error)
+    assert record.error["where"] == "rewards.report", record.error
+
+
+@SLOW
+@pytest.mark.parametrize("attack", ["atexit", "outcome-table"])
+def test_forgeries_through_a_warm_interpreter_earn_nothing(factory, task, tmp_path, attack):
+    box = warm_sandbox(factory, task)
+    source = ATEXIT if attack == "atexit" else IN_PROCESS[attack]
+    record = grade(task, patch_of(task, {"calc/ops.py": source}, tmp_path), lambda: box, checked=True)
+    assert_forgery_stopped(record)
+    assert record.tests[F2P] == "failed" or tripped(record.guards), (record.tests, record.guards)
 
 
 # -- through an episode -------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ from repogym.envs.rewards.tamper import (
     CONFIG_WITH_PYTEST_SECTION, RUNNER_FILES, filter_patch, is_tamper_path, pytest_section)
 from repogym.envs.sandbox.cleanup import close_later
 from repogym.envs.sandbox.base import CommandResult, Sandbox
-from repogym.envs.sandbox.testrun import django_label, run_test_command, runner_name
+from repogym.envs.sandbox.testrun import django_label, run_test_command, runner_name, start_warm
 from repogym.envs.core.status import Status
 from repogym.envs.tasks.patches import touched_paths
 from repogym.envs.tasks.repos import snapshot
@@ -188,8 +188,8 @@ def prepared(make_sandbox: Callable[[], Sandbox], task: Task, spares: list[Sandb
              ) -> Callable[[], Sandbox]:
     """``make_sandbox`` whose sandboxes passed :func:`health_check` for ``task``'s runner and hold its base (one that
     fails either is closed, its error raised): the factory of a warm :class:`~repogym.envs.sandbox.pool.SandboxPool`
-    for grading ``task``, so both are done while the agent works; :func:`grade` (``checked=True``) then starts at the
-    patch. Nothing of the agent's has run in them: a failure here is the infrastructure's, as it is in :func:`grade`.
+    for grading ``task``, so both are done while the agent works, and a warm test interpreter waits in each
+    (:func:`_warm_up`); :func:`grade` (``checked=True``) then starts at the patch. Nothing of the agent's has run in them: a failure here is the infrastructure's, as it is in :func:`grade`.
 
     ``spares``: sandboxes this factory made for another task of the same environment (same setup, so the same check
     passed) that were never acquired, so nothing ran in them (:meth:`SandboxPool.take_ready`): each is loaded with
@@ -205,6 +205,7 @@ def prepared(make_sandbox: Callable[[], Sandbox], task: Task, spares: list[Sandb
                 break
             try:
                 spare.load(snapshot(task))
+                _warm_up(spare, task, runner)
                 return spare
             except (InfraError, SandboxRequestError):  # that container is lost: a new start instead
                 close_later(spare)
@@ -215,11 +216,20 @@ def prepared(make_sandbox: Callable[[], Sandbox], task: Task, spares: list[Sandb
         try:
             health_check(sandbox, runner)
             sandbox.load(snapshot(task))
+            _warm_up(sandbox, task, runner)
         except BaseException:
             sandbox.close()
             raise
         return sandbox
     return make
+
+
+def _warm_up(sandbox: Sandbox, task: Task, runner: str) -> None:
+    """pytest imported ahead in a warm interpreter for the grading's run (:func:`start_warm`): its start-up is paid
+    while the agent works. Nothing of the agent's has reached the sandbox yet; where none starts, the run starts its
+    own interpreter as before."""
+    if runner == "pytest":
+        start_warm(sandbox, task.test_command)
 
 
 def grade(task: Task, patch: str, make_sandbox: Callable[[], Sandbox], *, timeout: float = 900.0,

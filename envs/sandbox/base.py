@@ -103,6 +103,9 @@ class Sandbox(Protocol):
     """A read-only folder of bytecode compiled from the sandbox interpreter's own files (never the repository's), that
     test runs use as their ``PYTHONPYCACHEPREFIX`` (:mod:`repogym.envs.sandbox.bytecode`); ``None`` when there is
     none (yet): each run then starts from an empty prefix of its own."""
+    warm_interpreter: tuple[str, str] | None
+    """``(test command, name)`` of a warm test interpreter started here for the next run of that command
+    (:func:`repogym.envs.sandbox.testrun.start_warm`), or ``None``; a run takes it, a :meth:`load` ends it."""
     dirty_reason: str | None
     """Why a reset can no longer be trusted to restore this sandbox (its runner died, a request failed), or ``None``.
     Callers set it too, when an operation of theirs failed half-way; a dirty sandbox is replaced, never reused."""
@@ -191,7 +194,7 @@ class RunnerClient:
         self.snapshot_key: str | None = None
         self.base_tree: str | None = None
         self.bytecode_prefix: str | None = None
-        """:meth:`tree_id` of the base commit (set by :meth:`load`)."""
+        self.warm_interpreter: tuple[str, str] | None = None
         self.dirty_reason: str | None = None
         """Set when a reset cannot be trusted to restore the sandbox (dead runner, failed request)."""
         self.agent_ran = False
@@ -276,6 +279,7 @@ class RunnerClient:
         return None
 
     def load(self, snapshot: RepoSnapshot) -> None:
+        self.warm_interpreter = None  # a load ends every process of the last tree's
         install = list(snapshot.install)
         environment = self.environment_id() if install else None
         kept = install_cache.cache_path(snapshot.key, environment) if environment else None

@@ -19,6 +19,8 @@ optional ``VAR=value`` assignments) is run through the launcher (``inside/repogy
 - bytecode read only from a harness prefix (``PYTHONPYCACHEPREFIX``), never the tree's ``__pycache__``, and
   never written: the sandbox's warm read-only prefix (the interpreter's own files compiled once,
   :mod:`repogym.envs.sandbox.bytecode`), else an empty one of the run's own;
+- in a grading sandbox prepared ahead (:func:`start_warm`), pytest already imported: a warm inner process, started
+  before the agent's patch was applied, forks the run (the launcher's docstring says how it stays the same run);
 - each test result streamed out of the test process as it happens, to an outer process that runs no code of
   the repository, is not dumpable, and records pytest's real exit status and its last summary line in a
   frame line keyed with a secret the test process never sees, then writes the stream after it, all on its
@@ -241,8 +243,10 @@ def run_test_command(sandbox: Sandbox, test_command: str, files: list[str] | Non
     args = " ".join(shlex.quote(a) for a in (extra_args or []))
     args += f" -p {plugin} " + " ".join(shlex.quote(f) for f in files or [])
     launch = launch_command(test_command)
-    env = {**_bytecode_env(sandbox, folder), "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": "",
-           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env = _pytest_env(sandbox, folder)
+    warm, sandbox.warm_interpreter = sandbox.warm_interpreter, None  # one run each
+    if warm and warm[0] == test_command:
+        env[WARM_ENV] = warm[1]
     if launch:
         assignments, python, mode, rest = launch
         # exec: the shell becomes the launcher, so no process but the (non-dumpable) launcher holds the run.
@@ -289,6 +293,36 @@ def _run_script(sandbox: Sandbox, test_command: str, files: list[str], timeout: 
         run.problems.append(f"the {runner} test command cannot run under the harness's launcher (shell syntax in it)")
         return run
     return _read_stream(result.stdout, result.stderr, key, runner=runner)
+
+
+def start_warm(sandbox: Sandbox, test_command: str) -> bool:
+    """Start, in ``sandbox``, a warm inner process for the next run of ``test_command`` (pytest under the launcher,
+    with the sandbox's read-only bytecode prefix; else nothing starts): pytest imported, waiting for that run, which
+    then skips the interpreter's and pytest's start-up (``inside/repogym_launch.py``, ``--serve``).
+
+    Only for a sandbox nothing of the agent's has reached yet (a grading sandbox prepared ahead): the process
+    imports what the environment has installed before the patch is applied. Whether it started; a run without one
+    starts its own inner process as before (a sandbox :meth:`~Sandbox.load` ends it)."""
+    launch = launch_command(test_command)
+    if not launch or not sandbox.bytecode_prefix:
+        return False
+    assignments, python, mode, _ = launch
+    name, launcher = uuid.uuid4().hex, f"launch_{uuid.uuid4().hex}"
+    folder = _stage(sandbox, uuid.uuid4().hex, "", {f"{launcher}.py": "repogym_launch.py"})
+    started = sandbox.run(f"{assignments}exec {python} -I {folder}/{launcher}.py --serve {name} {mode}",
+                          timeout=120, env=_pytest_env(sandbox, folder))
+    sandbox.warm_interpreter = (test_command, name) if started.ok else None
+    return started.ok
+
+
+WARM_ENV = "REPOGYM_WARM"
+"""Where a run's launcher finds the warm inner process to hand the run to (``inside/repogym_launch.py``)."""
+
+
+def _pytest_env(sandbox: Sandbox, folder: str) -> dict[str, str]:
+    """A pytest run's environment under the harness (the launcher adds the rest)."""
+    return {**_bytecode_env(sandbox, folder), "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": "",
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
 def _bytecode_env(sandbox: Sandbox, folder: str) -> dict[str, str]:

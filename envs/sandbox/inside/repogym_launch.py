@@ -36,6 +36,19 @@ It runs in two processes:
   ``{"finish": exit status}`` on the stream when the script ends (by ``sys.exit`` or by returning), the
   counterpart of the pytest plugin's session-end record.
 
+A **warm** inner process (pytest modes only): ``--serve NAME MODE`` (run as the outer is, with the environment a run
+will have) starts ``python -P <this file> --warm NAME``: an inner process that imports pytest and waits, in a session
+of its own, on the abstract unix socket ``NAME``; it prints nothing and returns once that process is ready. The
+harness starts one in a grading sandbox before the agent's patch is applied (nothing of the agent's has run
+there), so pytest's start-up is paid while the agent works. A run whose environment holds ``REPOGYM_WARM=NAME``
+then hands the warm process its two pipes and arguments instead of starting an inner process: the warm process
+takes the first connection only (it stops listening at once), checks that the run's interpreter and whole
+environment are the ones it started with (else it refuses and the outer starts an inner process as without it),
+forks the run (its own session, dumpable again, the run's environment, the same ``sys.path`` the inner process
+gets) and sends back the run's wait status when it ends, killing what the run left behind. The outer reads that
+status where it would have read its child's; a warm process killed before it sends one leaves the frame with no
+exit status (the host then reads no frame: fails closed).
+
 Not guaranteed: code under test still runs in the inner process and can rewrite pytest, unittest, the
 reporters or the script's printing there (outcomes, reports, the plugin); with the repository on the task's
 ``PYTHONPATH``, a ``sitecustomize`` there runs in it too (the tamper filter drops those). The launcher only
@@ -72,6 +85,9 @@ OUTPUT_TAIL = 64 * 1024
 SCRIPT_MODES = ("--unittest-script", "--sympy-script")
 # Under the interpreter's sys.prefix: the pytest plugins the environment installed (repogym.envs.sandbox.install).
 PLUGIN_LIST = "share/repogym/pytest-plugins"
+# The outer's environment names a warm inner process here (see the docstring); the inner never sees it.
+WARM_ENV = "REPOGYM_WARM"
+PYTEST_MODES = ("--module", "--script")
 
 
 def environment_plugins(args):
@@ -155,14 +171,18 @@ def _text(data):
     return bytes(data).decode("utf-8", "backslashreplace").replace("\0", "\\0").replace("\ufffd", "?")
 
 
-def _spawn(argv, env, output_w, stream_w):
-    """Start the inner process: stdin from /dev/null, stdout and stderr into ``output_w``, ``stream_w`` kept (under
-    its own number), no other descriptor of this process, the signals Python ignores back to their defaults."""
+def _spawn(argv, env, output_w, stream_w, setsid=False):
+    """Start the inner process: stdin from /dev/null, stdout and stderr into ``output_w`` (``None``: /dev/null),
+    ``stream_w`` kept (under its own number), no other descriptor of this process, the signals Python ignores back
+    to their defaults."""
     import signal
 
     keep = {0, 1, 2, stream_w}
-    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-               (os.POSIX_SPAWN_DUP2, output_w, 1), (os.POSIX_SPAWN_DUP2, output_w, 2)]
+    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+    if output_w is None:
+        actions += [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_WRONLY, 0) for fd in (1, 2)]
+    else:
+        actions += [(os.POSIX_SPAWN_DUP2, output_w, 1), (os.POSIX_SPAWN_DUP2, output_w, 2)]
     for fd in os.listdir("/proc/self/fd"):  # an inherited descriptor would reach the tests (Popen's close_fds)
         if fd.isdigit() and int(fd) not in keep:
             try:
@@ -172,7 +192,116 @@ def _spawn(argv, env, output_w, stream_w):
                 pass
     os.set_inheritable(stream_w, True)
     defaults = [getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ", "SIGXFZ") if hasattr(signal, name)]
-    return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsigdef=defaults)
+    return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsigdef=defaults, setsid=setsid)
+
+
+def _inner_argv(*args):
+    """The inner process's command line: this file under ``-P`` (3.11+; before it the launcher takes its own
+    folder off ``sys.path`` itself, above)."""
+    safe_path = ["-P"] if sys.version_info >= (3, 11) else []
+    return [sys.executable, *safe_path, os.path.realpath(__file__), *args]
+
+
+def _inner_env():
+    """The inner process's environment, less the stream's descriptor (a warm process's too: the same for every run of
+    a sandbox, so a warm one can tell a run it may serve)."""
+    env = dict(os.environ)
+    env.pop(WARM_ENV, None)
+    # The harness's prefix (a read-only warm one, see envs/sandbox/bytecode.py), else one of this run's own.
+    prefix = env.pop("REPOGYM_BYTECODE", "") or os.path.join(FOLDER, "pycache")
+    env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": prefix,
+                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": ""})
+    env.pop("PYTHONSTARTUP", None)
+    return env
+
+
+class _Spawned:
+    """The inner process, this process's child."""
+
+    def __init__(self, pid):
+        self.pid, self.done, self.status = pid, False, None
+
+    def poll(self):
+        done, raw = os.waitpid(self.pid, os.WNOHANG)
+        if done:
+            self.done, self.status = True, os.waitstatus_to_exitcode(raw)
+        return self.done
+
+    def wait(self):
+        if not self.done:
+            self.done, self.status = True, os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+
+
+class _Handed:
+    """A run handed to a warm inner process, whose wait status comes back on the connection (``None`` if it never
+    does: the warm process was killed)."""
+
+    def __init__(self, sock, pending):
+        self.sock, self.done, self.status, self._buf = sock, False, None, pending
+
+    @classmethod
+    def start(cls, name, mode, args, env, output_w, stream_w):
+        """The run handed to the warm process ``name``; ``None`` when there is none or it refuses the run."""
+        import json
+        import socket
+
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(30)
+            sock.connect("\0" + name)
+            data = json.dumps({"executable": sys.executable, "mode": mode, "args": args, "env": env,
+                               "folder": FOLDER}).encode()
+            socket.send_fds(sock, [len(data).to_bytes(8, "big")], [output_w, stream_w])
+            sock.sendall(data)
+            answer = b""
+            while b"\n" not in answer:
+                chunk = sock.recv(64)
+                if not chunk:
+                    break
+                answer += chunk
+        except OSError:
+            answer = b""
+        word, _, pending = answer.partition(b"\n")
+        if word != b"started":
+            sock.close()
+            return None
+        sock.setblocking(False)
+        handed = cls(sock, b"")
+        handed._take(pending, eof=False)
+        return handed
+
+    def _take(self, chunk, eof):
+        self._buf += chunk
+        line, newline, _ = self._buf.partition(b"\n")
+        if not newline and not eof:
+            return
+        self.done = True
+        try:
+            self.status = os.waitstatus_to_exitcode(int(line)) if newline else None
+        except ValueError:
+            self.status = None
+        self.sock.close()
+
+    def poll(self):
+        if not self.done:
+            try:
+                chunk = self.sock.recv(64)
+            except BlockingIOError:
+                return False
+            except OSError:
+                chunk = b""
+            self._take(chunk, eof=not chunk)
+        return self.done
+
+    def wait(self):
+        if not self.done:
+            self.sock.setblocking(True)
+        while not self.done:
+            try:
+                chunk = self.sock.recv(64)
+            except OSError:
+                chunk = b""
+            self._take(chunk, eof=not chunk)
 
 
 def _remove_folder():
@@ -201,19 +330,14 @@ def outer(mode, args):
     _undumpable()
     stream_r, stream_w = os.pipe()
     output_r, output_w = os.pipe()
-    env = dict(os.environ)
-    # The harness's prefix (a read-only warm one, see envs/sandbox/bytecode.py), else one of this run's own.
-    prefix = env.pop("REPOGYM_BYTECODE", "") or os.path.join(FOLDER, "pycache")
-    env.update({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": prefix,
-                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": "",
-                "REPOGYM_STREAM_FD": str(stream_w)})
-    env.pop("PYTHONSTARTUP", None)
-    # -P exists from 3.11; before it the launcher takes its own folder off sys.path itself (above).
-    safe_path = ["-P"] if sys.version_info >= (3, 11) else []
+    warm = os.environ.get(WARM_ENV, "")
+    env = _inner_env()
     if mode not in SCRIPT_MODES:
         args = environment_plugins(args) + args
-    pid = _spawn([sys.executable, *safe_path, os.path.realpath(__file__), "--inner", mode, *args], env,
-                 output_w, stream_w)
+    child = _Handed.start(warm, mode, args, env, output_w, stream_w) if warm and mode in PYTEST_MODES else None
+    if child is None:
+        env["REPOGYM_STREAM_FD"] = str(stream_w)
+        child = _Spawned(_spawn(_inner_argv("--inner", mode, *args), env, output_w, stream_w))
     os.close(stream_w)
     os.close(output_w)
     # Only now, while the tests start: what reading them takes.
@@ -226,12 +350,10 @@ def outer(mode, args):
     sel = selectors.DefaultSelector()
     sel.register(output_r, selectors.EVENT_READ, "output")
     sel.register(stream_r, selectors.EVENT_READ, "stream")
-    drain_until, status = None, None
+    drain_until = None
     while sel.get_map():
-        if drain_until is None and status is None:
-            done, raw_status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status = os.waitstatus_to_exitcode(raw_status)
+        if drain_until is None and not child.done:
+            if child.poll():
                 # What is queued now was written before pytest exited; a stray grandchild gets half a second more.
                 drain_until = time.monotonic() + 0.5
                 for k in list(sel.get_map().values()):
@@ -257,12 +379,11 @@ def outer(mode, args):
                 summary.feed(line.decode("utf-8", "replace"))
             del output[:-OUTPUT_TAIL]
     summary.feed(pending.decode("utf-8", "replace"))
-    if status is None:
-        status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    child.wait()
     # The stream goes out after the frame line, as text (what the host reads is what was hashed): no file that an
     # escaped grandchild could rewrite, and no second command to read one.
     data = _text(stream).encode()
-    frame = {"exit": status, "sha256": hashlib.sha256(data).hexdigest(), "summary": summary.text}
+    frame = {"exit": child.status, "sha256": hashlib.sha256(data).hexdigest(), "summary": summary.text}
     sys.stdout.buffer.write(_text(output).encode())
     sys.stdout.buffer.write(f"\n{key} {json.dumps(frame)}\n".encode() + data)
     sys.stdout.flush()
@@ -270,10 +391,11 @@ def outer(mode, args):
     return 0
 
 
-def inner(mode, args):
+def inner(mode, args, folder=FOLDER):
+    """The tests, in this process; ``folder``: the run's, holding the report plugin."""
     if mode in SCRIPT_MODES:
         return inner_script(mode, args)
-    sys.path.insert(0, FOLDER)  # the report plugin, named with -p
+    sys.path.insert(0, folder)  # the report plugin, named with -p
     if mode == "--module" and _ROOT not in sys.path:
         sys.path.append(_ROOT)  # what `python -m` puts first, put last
     sys.argv = ["pytest", *args]
@@ -321,7 +443,132 @@ def inner_script(mode, args):
     return status
 
 
+def serve(name, mode):
+    """``--serve NAME MODE`` (in the outer's place): start the warm inner process ``NAME`` for runs of ``MODE`` with
+    the environment a run gets, in a session of its own; exit 0 once it is ready (1 if it never is)."""
+    import select
+
+    if mode not in PYTEST_MODES or not name.isalnum():
+        return 2
+    ready_r, ready_w = os.pipe()
+    _spawn(_inner_argv("--warm", name, mode, str(ready_w)), _inner_env(), None, ready_w, setsid=True)
+    os.close(ready_w)
+    answer = b""
+    while b"\n" not in answer and select.select([ready_r], [], [], 120)[0]:
+        chunk = os.read(ready_r, 16)
+        if not chunk:
+            break
+        answer += chunk
+    _remove_folder()  # the warm process has read this file: it needs nothing here
+    return 0 if answer == b"ready\n" else 1
+
+
+def warm(name, mode, ready_fd):
+    """``--warm NAME MODE FD``: the warm inner process (the module's docstring). Returns only in the run it forks."""
+    import json
+    import socket
+    import threading
+
+    started_with = dict(os.environ)
+    import pytest  # noqa: F401 (the start-up this process is here to pay ahead)
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + name)
+    listener.listen(1)
+    _undumpable()
+    os.write(ready_fd, b"ready\n")
+    os.close(ready_fd)
+    conn, _ = listener.accept()
+    listener.close()  # the first connection only: nothing after it reaches this process
+    try:
+        conn.settimeout(30)
+        size, fds, _, _ = socket.recv_fds(conn, 8, 2)
+        data = b""
+        while len(data) < int.from_bytes(size, "big"):
+            chunk = conn.recv(int.from_bytes(size, "big") - len(data))
+            if not chunk:
+                raise OSError("the run's request was cut short")
+            data += chunk
+        request = json.loads(data)
+    except (OSError, ValueError):
+        os._exit(1)
+    if (len(fds) != 2 or not isinstance(request, dict) or request.get("executable") != sys.executable
+            or request.get("mode") != mode or request.get("env") != started_with):
+        conn.sendall(b"refused\n")  # the outer starts an inner process of its own
+        os._exit(0)
+    output_w, stream_w = fds
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        conn.close()
+        _become_run(request, output_w, stream_w)
+        sys.exit(inner(mode, [str(a) for a in request["args"]], str(request["folder"])))
+    os.close(output_w)
+    os.close(stream_w)
+
+    def reap():
+        raw = os.waitpid(pid, 0)[1]
+        _kill_group(pid)  # what the run left behind dies with it, as a command's background children do
+        try:
+            conn.sendall(b"%d\n" % raw)
+        except OSError:
+            pass
+        os._exit(0)
+
+    threading.Thread(target=reap, daemon=True).start()
+    try:
+        conn.sendall(b"started\n")
+        conn.settimeout(None)
+        while conn.recv(64):
+            pass
+    except OSError:
+        pass
+    _kill_group(pid)  # the outer went first (killed, or its command timed out): the run goes with it
+    threading.Event().wait(30)
+    os._exit(0)
+
+
+def _become_run(request, output_w, stream_w):
+    """In the forked run: a session of its own, dumpable again (its /proc files its own), stdin from /dev/null,
+    stdout and stderr into ``output_w``, ``stream_w`` kept, no other descriptor, and the run's environment."""
+    import ctypes
+
+    os.setsid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE 1
+    except (OSError, AttributeError):
+        pass
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(output_w, 1)
+    os.dup2(output_w, 2)
+    for fd in [int(fd) for fd in os.listdir("/proc/self/fd") if fd.isdigit()]:
+        if fd > 2 and fd != stream_w:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    os.set_inheritable(stream_w, True)
+    os.environ.clear()
+    os.environ.update({str(k): str(v) for k, v in request["env"].items()})
+    os.environ["REPOGYM_STREAM_FD"] = str(stream_w)
+
+
+def _kill_group(pid):
+    import signal
+
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--inner"]:
         sys.exit(inner(sys.argv[2], sys.argv[3:]))
+    if sys.argv[1:2] == ["--warm"]:
+        sys.exit(warm(sys.argv[2], sys.argv[3], int(sys.argv[4])))
+    if sys.argv[1:2] == ["--serve"]:
+        sys.exit(serve(sys.argv[2], sys.argv[3]))
     sys.exit(outer(sys.argv[1], sys.argv[2:]))
