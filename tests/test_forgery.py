@@ -410,39 +410,57 @@ os.kill(os.getppid(), signal.SIGKILL)  # whatever started the tests: the launche
 '''
 
 
+@pytest.fixture
+def docker_factory():
+    return sandbox_factory("docker", {}, SandboxConfig(run_id="pytest-forgery"))
+
+
 def warm_sandbox(factory, task):
     """A grading sandbox as the env's pool makes it: checked, holding the base, a warm interpreter waiting."""
     box = evaluate.prepared(factory, task)()
-    if box.bytecode_prefix is None:  # (a new local environment's bytecode is still being compiled: no warm one yet)
-        box.close()
-        bytecode.wait()
-        box = evaluate.prepared(factory, task)()
     assert box.warm_interpreter is not None and box.warm_interpreter[0] == task.test_command
     return box
 
 
-def test_a_warm_grading_grades_as_a_fresh_one(factory, task):
-    box = warm_sandbox(factory, task)
+@pytest.mark.docker
+def test_a_warm_grading_grades_as_a_fresh_one(docker_factory, task):
+    box = warm_sandbox(docker_factory, task)
     warm = grade(task, task.patch, lambda: box, checked=True)
     assert box.warm_interpreter is None  # the run took it
-    fresh = grade(task, task.patch, factory)
+    fresh = grade(task, task.patch, docker_factory)
     assert warm.status == fresh.status == Status.RESOLVED, (warm.error, warm.log_tail[-1500:])
     assert warm.tests == fresh.tests and set(warm.guards.values()) == {"ok"}
 
 
+def test_where_a_command_s_processes_end_with_it_no_warm_interpreter_is_kept(task):
+    # The local backend runs each command in a PID namespace of its own: the warm process would die with its
+    # command, so none is kept, and grading starts its own interpreter as before.
+    factory = sandbox_factory("local", {}, SandboxConfig(run_id="pytest-forgery"))
+    box = evaluate.prepared(factory, task)()
+    if box.bytecode_prefix is None:  # (a new local environment's bytecode is still being compiled)
+        box.close()
+        bytecode.wait()
+        box = evaluate.prepared(factory, task)()
+    assert box.bytecode_prefix is not None and box.warm_interpreter is None
+    record = grade(task, task.patch, lambda: box, checked=True)
+    assert record.status == Status.RESOLVED, record.error
+
+
+@pytest.mark.docker
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "fresh"])
-def test_the_fix_that_kills_what_started_its_tests_earns_0(factory, task, tmp_path, warm):
+def test_the_fix_that_kills_what_started_its_tests_earns_0(docker_factory, task, tmp_path, warm):
     patch = patch_of(task, {"calc/ops.py": KILL_PARENT}, tmp_path)
-    make = (lambda box=warm_sandbox(factory, task): box) if warm else factory
+    make = (lambda box=warm_sandbox(docker_factory, task): box) if warm else docker_factory
     record = grade(task, patch, make, checked=warm)
     assert record.status == Status.UNRESOLVED, (record.status, record.error)
     assert record.error["where"] == "rewards.report", record.error
 
 
 @SLOW
+@pytest.mark.docker
 @pytest.mark.parametrize("attack", ["atexit", "outcome-table"])
-def test_forgeries_through_a_warm_interpreter_earn_nothing(factory, task, tmp_path, attack):
-    box = warm_sandbox(factory, task)
+def test_forgeries_through_a_warm_interpreter_earn_nothing(docker_factory, task, tmp_path, attack):
+    box = warm_sandbox(docker_factory, task)
     source = ATEXIT if attack == "atexit" else IN_PROCESS[attack]
     record = grade(task, patch_of(task, {"calc/ops.py": source}, tmp_path), lambda: box, checked=True)
     assert_forgery_stopped(record)

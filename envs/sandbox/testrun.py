@@ -311,8 +311,11 @@ def start_warm(sandbox: Sandbox, test_command: str) -> bool:
     folder = _stage(sandbox, uuid.uuid4().hex, "", {f"{launcher}.py": "repogym_launch.py"})
     started = sandbox.run(f"{assignments}exec {python} -I {folder}/{launcher}.py --serve {name} {mode}",
                           timeout=120, env=_pytest_env(sandbox, folder))
-    sandbox.warm_interpreter = (test_command, name) if started.ok else None
-    return started.ok
+    # Still there once its command ended? (Where each command has a PID namespace of its own, as on the local
+    # backend, what it leaves running ends with it: no warm process there.)
+    alive = started.ok and sandbox.run(f"grep -q '@{name}' /proc/net/unix", timeout=60).ok
+    sandbox.warm_interpreter = (test_command, name) if alive else None
+    return alive
 
 
 WARM_ENV = "REPOGYM_WARM"

@@ -448,7 +448,7 @@ def serve(name, mode):
     the environment a run gets, in a session of its own; exit 0 once it is ready (1 if it never is)."""
     import select
 
-    if mode not in PYTEST_MODES or not name.isalnum():
+    if mode not in PYTEST_MODES or not name.isalnum() or sys.version_info < (3, 9):  # (socket.send_fds is 3.9's)
         return 2
     ready_r, ready_w = os.pipe()
     _spawn(_inner_argv("--warm", name, mode, str(ready_w)), _inner_env(), None, ready_w, setsid=True)
@@ -469,8 +469,11 @@ def warm(name, mode, ready_fd):
     import socket
     import threading
 
+    import importlib
+
     started_with = dict(os.environ)
-    import pytest  # noqa: F401 (the start-up this process is here to pay ahead)
+    # What the run will start with runpy, by name (the tests' environment's pytest): the start-up paid ahead.
+    importlib.import_module("pytest")
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + name)
