@@ -219,3 +219,37 @@ def test_closing_while_the_interpreter_shuts_its_executors_down_does_not_raise(m
     cleanup.close_later(box)
     assert box.closed == 1
     cleanup.wait_closed(timeout=1)
+
+
+def test_a_container_already_being_removed_at_exit_is_no_warning(monkeypatch, caplog):
+    import docker.errors
+    import requests
+
+    from repogym.envs.sandbox import cleanup, docker_client
+
+    def refusal(status: int, text: str) -> docker.errors.APIError:
+        response = requests.Response()
+        response.status_code = status
+        return docker.errors.APIError("refused", response=response, explanation=text)
+
+    class Container:
+        def __init__(self, name, error):
+            self.name, self.error = name, error
+
+        def remove(self, force):
+            raise self.error
+
+    going = Container("going", refusal(409, "removal of container going is already in progress"))
+    stuck = Container("stuck", refusal(500, "driver failed"))
+
+    class Client:
+        class containers:
+            @staticmethod
+            def list(**kwargs):
+                return [going, stuck]
+
+    monkeypatch.setattr(docker_client, "docker_client", lambda: Client())
+    with caplog.at_level("WARNING", logger=cleanup.log.name):
+        cleanup._sweep_containers()
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "stuck" in warned[0] and "driver failed" in warned[0], warned

@@ -179,5 +179,8 @@ def _sweep_containers() -> int:
         except docker.errors.NotFound:
             log.debug("container %s went meanwhile", container.name)
         except daemon_errors() as exc:  # the Docker daemon refused or failed
+            if getattr(exc, "status_code", None) == 409 and "already in progress" in str(exc):
+                log.debug("container %s is being removed already", container.name)  # (a close still under way)
+                continue
             log.warning("could not remove container %s at exit (left to repogym gc): %s", container.name, exc)
     return removed
