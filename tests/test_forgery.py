@@ -26,7 +26,7 @@ from repogym.envs.rewards import grade
 from repogym.envs.rewards.twins import Twin, TwinPlan
 from repogym.envs.rewards.guards import check_run, harness_reach, tripped
 from repogym.envs.sandbox import SandboxConfig, bytecode, sandbox_factory
-from repogym.envs.sandbox.testrun import TestRun, _read_stream, aggregate_stream, launch_command
+from repogym.envs.sandbox.testrun import TestRun, _read_stream, aggregate_stream, launch_command, run_test_command
 from repogym.envs.core.status import Status
 from tests.conftest import CORRECT
 from tests.test_integrity import F2P, patch_of
@@ -423,10 +423,16 @@ def warm_sandbox(factory, task):
 
 
 @pytest.mark.docker
-def test_a_warm_grading_grades_as_a_fresh_one(docker_factory, task):
+def test_a_warm_grading_grades_as_a_fresh_one(docker_factory, task, monkeypatch):
     box = warm_sandbox(docker_factory, task)
+    runs = []
+
+    def recorded(*args, **kwargs):
+        runs.append(run_test_command(*args, **kwargs))
+        return runs[-1]
+    monkeypatch.setattr(evaluate, "run_test_command", recorded)
     warm = grade(task, task.patch, lambda: box, checked=True)
-    assert box.warm_interpreter is None  # the run took it
+    assert box.warm_interpreter is None and runs[-1].warm  # the run took it, and was forked from it
     fresh = grade(task, task.patch, docker_factory)
     assert warm.status == fresh.status == Status.RESOLVED, (warm.error, warm.log_tail[-1500:])
     assert warm.tests == fresh.tests and set(warm.guards.values()) == {"ok"}

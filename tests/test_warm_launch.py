@@ -108,9 +108,9 @@ def run(repo: Path, tmp_path: Path, files: list[str], warm: str = "", **extra: s
     env = environment(tmp_path, **extra)
     if warm:
         env[WARM_ENV] = warm
-    done = subprocess.run([sys.executable, "-I", str(folder / "launch_r.py"), "--module", "-q", "-p", "no:cacheprovider",
-                           "-p", "repogym_report_r", *files], cwd=repo, env=env, capture_output=True, text=True,
-                          timeout=120)
+    argv = [sys.executable, "-I", str(folder / "launch_r.py"), "--module", "-q", "-p", "no:cacheprovider",
+            "-p", "repogym_report_r", *files]
+    done = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=120)
     assert not folder.exists()  # the launcher removed its folder
     return _read_stream(done.stdout, done.stderr, key)
 
@@ -127,6 +127,7 @@ def test_a_warm_run_is_the_run_a_fresh_interpreter_makes(repo, tmp_path):
     assert started.returncode == 0, started.stderr
     served = run(repo, tmp_path, ["tests/test_a.py"], warm=warm)
     assert f"--warm {warm}" in (repo / "parent.txt").read_text()  # the warm process forked this run
+    assert served.warm and not fresh.warm  # and the frame says so
     assert served.outcomes == fresh.outcomes == {"tests/test_a.py::test_passes": "passed",
                                                  "tests/test_a.py::test_fails": "failed"}
     assert served.exit_status == fresh.exit_status == 1 and served.finish_status == 1
@@ -138,7 +139,7 @@ def test_the_warm_process_serves_one_run_and_then_none(repo, tmp_path):
     assert serve(repo, tmp_path, warm).returncode == 0
     run(repo, tmp_path, ["tests/test_a.py"], warm=warm)
     again = run(repo, tmp_path, ["tests/test_a.py"], warm=warm)  # nobody listens: a fresh inner process
-    assert "--warm" not in (repo / "parent.txt").read_text()
+    assert "--warm" not in (repo / "parent.txt").read_text() and not again.warm
     assert again.exit_status == 1 and again.outcomes["tests/test_a.py::test_passes"] == "passed"
 
 

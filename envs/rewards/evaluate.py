@@ -189,7 +189,8 @@ def prepared(make_sandbox: Callable[[], Sandbox], task: Task, spares: list[Sandb
     """``make_sandbox`` whose sandboxes passed :func:`health_check` for ``task``'s runner and hold its base (one that
     fails either is closed, its error raised): the factory of a warm :class:`~repogym.envs.sandbox.pool.SandboxPool`
     for grading ``task``, so both are done while the agent works, and a warm test interpreter waits in each
-    (:func:`_warm_up`); :func:`grade` (``checked=True``) then starts at the patch. Nothing of the agent's has run in them: a failure here is the infrastructure's, as it is in :func:`grade`.
+    (:func:`_warm_up`); :func:`grade` (``checked=True``) then starts at the patch. Nothing of the agent's has run
+    in them: a failure here is the infrastructure's, as it is in :func:`grade`.
 
     ``spares``: sandboxes this factory made for another task of the same environment (same setup, so the same check
     passed) that were never acquired, so nothing ran in them (:meth:`SandboxPool.take_ready`): each is loaded with

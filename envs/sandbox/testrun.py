@@ -130,6 +130,8 @@ class TestRun:
     """The tail of pytest's output."""
     launched: bool = False
     """Run under the harness's launcher (exit status and stream recorded outside the test process)."""
+    warm: bool = False
+    """Forked from a warm test interpreter (:func:`start_warm`), as the launcher's frame says."""
     exit_status: int | None = None
     """pytest's exit status: recorded by the launcher, else as the plugin reported it; None if unknown."""
     finish_status: int | None = None
@@ -397,7 +399,7 @@ def _read_stream(stdout: str, stderr: str, key: str, *, runner: str = "pytest") 
     if frame is None:
         run.problems.append("the launcher left no frame: the test run was killed or cut short")
         return run
-    run.exit_status, run.summary = frame["exit"], frame["summary"]
+    run.exit_status, run.summary, run.warm = frame["exit"], frame["summary"], frame.get("warm") is True
     if hashlib.sha256(raw.encode()).hexdigest() != frame["sha256"]:
         run.problems.append("the report stream does not hash to the frame (cut short or changed)")
         return run

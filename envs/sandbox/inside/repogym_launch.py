@@ -18,10 +18,9 @@ It runs in two processes:
   starts the inner process, and reads two pipes from it: the run's output and the report stream, one JSON
   line per test phase, written by the report plugin (or the unittest reporter) as each result happens. Once
   the run has exited it prints the tail of its output, then one frame line: ``<key> {"exit": real exit status,
-  "sha256": of the stream, "summary": the run's last summary line}``, then the stream itself, and removes its
-  folder. The summary is
-  pytest's last summary line; for unittest ``Ran N tests in Xs; OK`` or ``...; FAILED (failures=1)``; for
-  sympy its ``tests finished: ... in X seconds`` line. The host trusts the stream only if its hash matches
+  "sha256": of the stream, "summary": the run's last summary line, "warm": whether a warm process ran it}``,
+  then the stream itself, and removes its folder. The summary is pytest's last summary line; for unittest
+  ``Ran N tests in Xs; OK`` or ``...; FAILED (failures=1)``; for sympy its ``tests finished: ... in X seconds`` line. The host trusts the stream only if its hash matches
   the frame; there is no report file for a late writer (an ``atexit`` handler, an escaped grandchild) to
   rewrite; the key is never in the inner process's reach, so the frame cannot be forged from its output.
   It starts the inner process before importing what reading it takes (the tests start sooner).
@@ -383,7 +382,8 @@ def outer(mode, args):
     # The stream goes out after the frame line, as text (what the host reads is what was hashed): no file that an
     # escaped grandchild could rewrite, and no second command to read one.
     data = _text(stream).encode()
-    frame = {"exit": child.status, "sha256": hashlib.sha256(data).hexdigest(), "summary": summary.text}
+    frame = {"exit": child.status, "sha256": hashlib.sha256(data).hexdigest(), "summary": summary.text,
+             "warm": isinstance(child, _Handed)}
     sys.stdout.buffer.write(_text(output).encode())
     sys.stdout.buffer.write(f"\n{key} {json.dumps(frame)}\n".encode() + data)
     sys.stdout.flush()
@@ -465,11 +465,10 @@ def serve(name, mode):
 
 def warm(name, mode, ready_fd):
     """``--warm NAME MODE FD``: the warm inner process (the module's docstring). Returns only in the run it forks."""
+    import importlib
     import json
     import socket
     import threading
-
-    import importlib
 
     started_with = dict(os.environ)
     # What the run will start with runpy, by name (the tests' environment's pytest): the start-up paid ahead.
@@ -497,8 +496,10 @@ def warm(name, mode, ready_fd):
         os._exit(1)
     if (len(fds) != 2 or not isinstance(request, dict) or request.get("executable") != sys.executable
             or request.get("mode") != mode or request.get("env") != started_with):
-        conn.sendall(b"refused\n")  # the outer starts an inner process of its own
-        os._exit(0)
+        try:
+            conn.sendall(b"refused\n")  # the outer starts an inner process of its own
+        finally:
+            os._exit(0)
     output_w, stream_w = fds
     sys.stdout.flush()
     sys.stderr.flush()
