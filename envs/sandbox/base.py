@@ -103,6 +103,9 @@ class Sandbox(Protocol):
     """A read-only folder of bytecode compiled from the sandbox interpreter's own files (never the repository's), that
     test runs use as their ``PYTHONPYCACHEPREFIX`` (:mod:`repogym.envs.sandbox.bytecode`); ``None`` when there is
     none (yet): each run then starts from an empty prefix of its own."""
+    nested_commands: bool
+    """Each command runs in a PID namespace of its own (the runner's answer at start): what it leaves running ends
+    with it (the local backend, where bubblewrap nests)."""
     warm_interpreter: tuple[str, str] | None
     """``(test command, name)`` of a warm test interpreter started here for the next run of that command
     (:func:`repogym.envs.sandbox.testrun.start_warm`), or ``None``; a run takes it, a :meth:`load` ends it."""
@@ -195,6 +198,7 @@ class RunnerClient:
         self.base_tree: str | None = None
         self.bytecode_prefix: str | None = None
         self.warm_interpreter: tuple[str, str] | None = None
+        self.nested_commands = False
         self.dirty_reason: str | None = None
         """Set when a reset cannot be trusted to restore the sandbox (dead runner, failed request)."""
         self.agent_ran = False

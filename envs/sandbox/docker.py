@@ -110,7 +110,7 @@ class DockerSandbox(RunnerClient):
         self._lines = b""   # the runner's stdout not yet split into lines
         self._stderr = b""  # the last of the runner's stderr
         try:
-            self.request("ping", wait=30)
+            self.nested_commands = bool(self.request("ping", wait=30).get("nested"))
         except BaseException as exc:  # nobody will hold this object: remove its container now, then let the error go on
             self.close()
             if isinstance(exc, SandboxRequestError):  # the runner answered, refusing a ping: it is not the runner we sent

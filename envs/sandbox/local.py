@@ -253,7 +253,7 @@ class LocalSandbox(RunnerClient):
             raise SandboxError("sandbox.local.start", f"could not start bubblewrap: {exc}") from exc
         self._buf = b""
         try:
-            self.request("ping", wait=20)
+            self.nested_commands = bool(self.request("ping", wait=20).get("nested"))
         except SandboxError as exc:  # nothing of the agent's has run here: infrastructure, never the agent's
             err = self._proc.stderr.read1(4096).decode(errors="replace") if self._proc.poll() is not None else ""
             self.close()

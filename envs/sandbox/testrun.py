@@ -303,10 +303,11 @@ def start_warm(sandbox: Sandbox, test_command: str) -> bool:
     then skips the interpreter's and pytest's start-up (``inside/repogym_launch.py``, ``--serve``).
 
     Only for a sandbox nothing of the agent's has reached yet (a grading sandbox prepared ahead): the process
-    imports what the environment has installed before the patch is applied. Whether it started; a run without one
-    starts its own inner process as before (a sandbox :meth:`~Sandbox.load` ends it)."""
+    imports what the environment has installed before the patch is applied. Whether it started and outlived its
+    command (not where each command has a PID namespace of its own: :attr:`~Sandbox.nested_commands`); a run without
+    one starts its own inner process as before (a sandbox :meth:`~Sandbox.load` ends it)."""
     launch = launch_command(test_command)
-    if not launch or not sandbox.bytecode_prefix:
+    if not launch or not sandbox.bytecode_prefix or sandbox.nested_commands:  # (nested: it would end with its command)
         return False
     assignments, python, mode, _ = launch
     name, launcher = uuid.uuid4().hex, f"launch_{uuid.uuid4().hex}"
