@@ -171,3 +171,32 @@ def test_tests_cannot_reach_the_warm_process_again(repo, tmp_path):
     assert knocked.outcomes == {"tests/test_knock.py::test_knocks": "passed"}
     found, reached = (repo / "knocked.txt").read_text().split()
     assert int(found) >= 1 and int(reached) == 0  # its name is still listed (the run's connection), and dead
+
+
+def test_a_warm_process_that_takes_the_pipes_and_never_answers_gets_no_second_run(repo, tmp_path):
+    # Once the pipes went over the run may be under way (the tests can kill the warm process before it says so):
+    # the launcher never starts a second run on the same pipes, and the run's status is unknown, so the host
+    # trusts no frame.
+    import socket
+    import threading
+
+    warm = name()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + warm)
+    listener.listen(1)
+
+    def take_and_vanish():
+        conn, _ = listener.accept()
+        _, fds, _, _ = socket.recv_fds(conn, 8, 2)
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+
+    thread = threading.Thread(target=take_and_vanish)
+    thread.start()
+    silent = run(repo, tmp_path, ["tests/test_a.py"], warm=warm)
+    thread.join(10)
+    listener.close()
+    assert not (repo / "parent.txt").exists()  # no run was made behind it
+    assert silent.outcomes == {} and silent.exit_status is None
+    assert any("no frame" in p for p in silent.problems), silent.problems

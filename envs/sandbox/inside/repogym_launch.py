@@ -46,7 +46,8 @@ environment are the ones it started with (else it refuses and the outer starts a
 forks the run (its own session, dumpable again, the run's environment, the same ``sys.path`` the inner process
 gets) and sends back the run's wait status when it ends, killing what the run left behind. The outer reads that
 status where it would have read its child's; a warm process killed before it sends one leaves the frame with no
-exit status (the host then reads no frame: fails closed).
+exit status (the host then reads no frame: fails closed). Whatever fails before the fork is refused (nothing of the
+agent's has run yet); once the pipes went over without a refusal the outer never starts a second run on them.
 
 Not guaranteed: code under test still runs in the inner process and can rewrite pytest, unittest, the
 reporters or the script's printing there (outcomes, reports, the plugin); with the repository on the task's
@@ -240,33 +241,38 @@ class _Handed:
 
     @classmethod
     def start(cls, name, mode, args, env, output_w, stream_w):
-        """The run handed to the warm process ``name``; ``None`` when there is none or it refuses the run."""
+        """The run handed to the warm process ``name``; ``None`` when there is none or it refuses the run (the run
+        was not made: the caller starts its own). Once the pipes went over without a refusal the run may be under
+        way: never ``None`` then (an answer that never comes is a run with no status, which fails closed)."""
         import json
         import socket
 
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock, sent, answer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), False, b""
         try:
             sock.settimeout(30)
             sock.connect("\0" + name)
             data = json.dumps({"executable": sys.executable, "mode": mode, "args": args, "env": env,
                                "folder": FOLDER}).encode()
             socket.send_fds(sock, [len(data).to_bytes(8, "big")], [output_w, stream_w])
+            sent = True
             sock.sendall(data)
-            answer = b""
             while b"\n" not in answer:
                 chunk = sock.recv(64)
                 if not chunk:
                     break
                 answer += chunk
         except OSError:
-            answer = b""
-        word, _, pending = answer.partition(b"\n")
-        if word != b"started":
+            pass
+        word, newline, pending = answer.partition(b"\n")
+        if not sent or (newline and word == b"refused"):
             sock.close()
             return None
-        sock.setblocking(False)
         handed = cls(sock, b"")
-        handed._take(pending, eof=False)
+        if word == b"started" and newline:
+            sock.setblocking(False)
+            handed._take(pending, eof=False)
+        else:
+            handed._take(b"", eof=True)  # no word on the run: no status
         return handed
 
     def _take(self, chunk, eof):
@@ -482,6 +488,8 @@ def warm(name, mode, ready_fd):
     os.close(ready_fd)
     conn, _ = listener.accept()
     listener.close()  # the first connection only: nothing after it reaches this process
+    # Until the fork nothing of the agent's runs: whatever fails here is refused, and the outer runs the tests
+    # itself. After it, the answer is "started", then the run's wait status: never a second run.
     try:
         conn.settimeout(30)
         size, fds, _, _ = socket.recv_fds(conn, 8, 2)
@@ -492,22 +500,28 @@ def warm(name, mode, ready_fd):
                 raise OSError("the run's request was cut short")
             data += chunk
         request = json.loads(data)
-    except (OSError, ValueError):
-        os._exit(1)
-    if (len(fds) != 2 or not isinstance(request, dict) or request.get("executable") != sys.executable
-            or request.get("mode") != mode or request.get("env") != started_with):
+        if (len(fds) != 2 or not isinstance(request, dict) or request.get("executable") != sys.executable
+                or request.get("mode") != mode or request.get("env") != started_with):
+            raise ValueError("not a run this process can make")
+        output_w, stream_w = fds
+        args, folder = [str(a) for a in request["args"]], str(request["folder"])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+    except Exception:
         try:
-            conn.sendall(b"refused\n")  # the outer starts an inner process of its own
+            conn.sendall(b"refused\n")
         finally:
             os._exit(0)
-    output_w, stream_w = fds
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
     if pid == 0:
         conn.close()
         _become_run(request, output_w, stream_w)
-        sys.exit(inner(mode, [str(a) for a in request["args"]], str(request["folder"])))
+        sys.exit(inner(mode, args, folder))
+    try:
+        conn.sendall(b"started\n")
+    except OSError:  # the outer is gone: so is the run
+        _kill_group(pid)
+        os._exit(0)
     os.close(output_w)
     os.close(stream_w)
 
@@ -522,7 +536,6 @@ def warm(name, mode, ready_fd):
 
     threading.Thread(target=reap, daemon=True).start()
     try:
-        conn.sendall(b"started\n")
         conn.settimeout(None)
         while conn.recv(64):
             pass
