@@ -157,11 +157,13 @@ class _Summary:
             self.text = text
 
 
-def _undumpable():
+def _dumpable(flag):
+    """PR_SET_DUMPABLE: 0, so code under test (same uid) cannot read this process's memory, environment or fds;
+    1, a forked run's /proc files its own again."""
     import ctypes
 
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+        ctypes.CDLL(None, use_errno=True).prctl(4, flag, 0, 0, 0)
     except (OSError, AttributeError):
         pass
 
@@ -332,7 +334,7 @@ def outer(mode, args):
         os.unlink(key_path)
     except OSError:
         key = ""
-    _undumpable()
+    _dumpable(0)
     stream_r, stream_w = os.pipe()
     output_r, output_w = os.pipe()
     warm = os.environ.get(WARM_ENV, "")
@@ -483,7 +485,7 @@ def warm(name, mode, ready_fd):
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + name)
     listener.listen(1)
-    _undumpable()
+    _dumpable(0)
     os.write(ready_fd, b"ready\n")
     os.close(ready_fd)
     conn, _ = listener.accept()
@@ -549,13 +551,8 @@ def warm(name, mode, ready_fd):
 def _become_run(request, output_w, stream_w):
     """In the forked run: a session of its own, dumpable again (its /proc files its own), stdin from /dev/null,
     stdout and stderr into ``output_w``, ``stream_w`` kept, no other descriptor, and the run's environment."""
-    import ctypes
-
     os.setsid()
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE 1
-    except (OSError, AttributeError):
-        pass
+    _dumpable(1)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(output_w, 1)
